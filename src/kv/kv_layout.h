@@ -1,0 +1,65 @@
+// What one token costs in the KV cache. ONE function, KVBytesPerToken, gives it;
+// the block allocator, the planner and the metrics all call it, so their figures agree.
+//
+// Formats (per token, per layer, per KV head unless MLA):
+//   f32 / bf16 / f16:     (d_k + d_v) x 4 / 2 / 2 bytes
+//   fp8_e4m3 / fp8_e5m2:  1 byte per value + one f32 scale per token per head for K and V
+//   int8:                 1 byte per value + one f16 scale per group (group = min(G, d))
+//   int4:                 1/2 byte per value + one f16 scale per group
+//   nvfp4:                1/2 byte per value + one e4m3 scale per 16 values (the per-tensor
+//                         f32 scale is per layer, not per token)
+//   kivi2:                1/4 byte per value + per group an f16 scale and f16 zero point
+//                         (keys per channel over G tokens, values per token over G channels)
+// MLA caches the latent c_kv (kv_lora_rank) in the format and k_pe (qk_rope_head_dim)
+// in bf16 (RoPE-aware: the rotary part stays wide), unless quantize_rope is set.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace pagoda {
+
+enum class KVCacheDType {
+  kF32,
+  kBF16,
+  kF16,
+  kFp8E4M3,
+  kFp8E5M2,
+  kInt8,
+  kInt4,
+  kNvfp4,
+  kKivi2,
+};
+
+// "auto" resolves to `model_default`; "fp8" means fp8_e4m3. Throws InvalidArgument.
+KVCacheDType ParseKVCacheDType(std::string_view name, KVCacheDType model_default);
+// Name as stored, e.g. "fp8_e4m3" for fp8.
+std::string_view KVCacheDTypeName(KVCacheDType t);
+
+// The per-token, per-layer shape of what a model caches.
+struct KVShape {
+  int64_t num_layers = 0;
+  int64_t num_kv_heads = 0;  // 1 for MLA
+  int64_t head_dim_k = 0;    // MLA: kv_lora_rank (the latent)
+  int64_t head_dim_v = 0;    // MLA: 0 (values come from the latent)
+  int64_t rope_dim = 0;      // MLA: qk_rope_head_dim (k_pe); 0 otherwise
+  bool mla = false;
+};
+
+struct KVQuantOptions {
+  int64_t group_size = 32;     // --kv-quant-group-size (int8, int4, kivi2)
+  bool quantize_rope = false;  // MLA: quantize k_pe too (for measuring what keeping it wide buys)
+};
+
+// Bytes one token occupies in one layer.
+int64_t KVBytesPerTokenPerLayer(const KVShape& shape, KVCacheDType dtype,
+                                const KVQuantOptions& options = {});
+// Bytes one token occupies across all layers. The single source of truth.
+int64_t KVBytesPerToken(const KVShape& shape, KVCacheDType dtype,
+                        const KVQuantOptions& options = {});
+
+// "64.0 MiB" below 1 GiB, else "1.50 GiB".
+std::string FormatBytes(int64_t bytes);
+
+}  // namespace pagoda
