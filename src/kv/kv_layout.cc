@@ -90,3 +90,11 @@ std::string FormatBytes(int64_t bytes) {
 }
 
 }  // namespace pagoda
+
+namespace pagoda {
+int64_t NumKVBlocks(int64_t memory_bytes, int64_t block_size, int64_t bytes_per_token) {
+  PAGODA_CHECK(block_size > 0 && bytes_per_token > 0) << "bad block geometry";
+  if (memory_bytes <= 0) return 0;
+  return memory_bytes / (block_size * bytes_per_token);
+}
+}  // namespace pagoda

@@ -63,3 +63,9 @@ int64_t KVBytesPerToken(const KVShape& shape, KVCacheDType dtype,
 std::string FormatBytes(int64_t bytes);
 
 }  // namespace pagoda
+
+namespace pagoda {
+// Blocks that fit in `memory_bytes`: floor(memory / (block_size x bytes_per_token)).
+// The engine's allocator and the planner both size the pool with this.
+int64_t NumKVBlocks(int64_t memory_bytes, int64_t block_size, int64_t bytes_per_token);
+}  // namespace pagoda
