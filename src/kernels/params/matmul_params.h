@@ -1,0 +1,23 @@
+// The weight-matrix view every GEMV/GEMM kernel takes (reference, CPU, CUDA).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace pagoda {
+
+// A row-major weight matrix W [rows = output features, cols = input features] in any
+// weight dtype; row r starts at data + r * row_bytes. For quantized types, cols is a
+// multiple of the block size and blocks run along a row (ggml's layout).
+struct WeightMatrix {
+  DType dtype = DType::kF32;
+  const void* data = nullptr;  // not null when rows > 0
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_bytes = 0;
+
+  const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes; }
+};
+
+}  // namespace pagoda
