@@ -1,0 +1,70 @@
+#include "cli/model_flags.h"
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/parallel.h"
+#include "kv/kv_layout.h"
+
+namespace pagoda::cli {
+
+void ModelFlags::Add(CLI::App* app) {
+  app->add_option("--model", model,
+                  "a .gguf file, a llama2.c .bin (with --tokenizer), a Hugging Face directory, "
+                  "or dummy:<preset>")->required();
+  app->add_option("--tokenizer", tokenizer, "tokenizer file (tok*.bin, tokenizer.json, tokenizer.model)");
+  app->add_option("--dtype", dtype, "weight dtype of dummy models: bf16 | f16 | f32 | q8_0 | q4_0")
+      ->capture_default_str();
+  app->add_option("--kv-cache-dtype", kv_cache_dtype,
+                  "KV cache dtype: auto | f32 | bf16 | fp16 (auto: f32 for f32 weights, else bf16)")
+      ->capture_default_str();
+  app->add_option("--block-size", block_size, "tokens per KV block (power of two, 1..256)")->capture_default_str();
+  app->add_option("--max-model-len", max_model_len, "context length (default: the model's)");
+  app->add_option("--threads", threads, "CPU threads (default: all cores)");
+}
+
+std::unique_ptr<Model> ModelFlags::LoadModel() const {
+  if (threads > 0) SetNumThreads(threads);
+  LoadOptions options;
+  options.dtype = dtype;
+  options.seed = seed_weights;
+  return pagoda::LoadModel(model, options);
+}
+
+std::unique_ptr<Tokenizer> ModelFlags::LoadTokenizer(const Model& m) const {
+  return LoadTokenizerForModel(model, tokenizer, m.spec().vocab_size);
+}
+
+DType ModelFlags::KVDType(const Model& m) const {
+  const KVCacheDType model_default = m.spec().weight_dtype == DType::kF32 ? KVCacheDType::kF32 : KVCacheDType::kBF16;
+  switch (ParseKVCacheDType(kv_cache_dtype, model_default)) {
+    case KVCacheDType::kF32: return DType::kF32;
+    case KVCacheDType::kBF16: return DType::kBF16;
+    case KVCacheDType::kF16: return DType::kF16;
+    default:
+      ThrowUnsupported("--kv-cache-dtype " + kv_cache_dtype + " is not available on this path yet");
+  }
+}
+
+std::vector<int32_t> ParseIdList(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && (text[i] == ' ' || text[i] == ',' || text[i] == '\n' || text[i] == '\t')) ++i;
+    if (i >= text.size()) break;
+    size_t j = i;
+    while (j < text.size() && text[j] != ',' && text[j] != ' ' && text[j] != '\n' && text[j] != '\t') ++j;
+    const std::string tok = text.substr(i, j - i);
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(tok, &used);
+      if (used != tok.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(tok);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      ThrowInvalidArgument(flag + ": '" + tok + "' is not a token id (expected e.g. 1,2,3)");
+    }
+    i = j;
+  }
+  return ids;
+}
+
+}  // namespace pagoda::cli

@@ -1,0 +1,43 @@
+// Sampler: turns one row of logits into a token, applying penalties, temperature and
+// the top-k / top-p / min-p filters in vLLM's order, and reports log-probabilities of
+// the raw model output (before any of that processing), as vLLM does by default.
+//
+// Deterministic: the same logits, history, params and RNG state give the same token.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace pagoda {
+
+struct TokenLogprobs {
+  int32_t token = -1;
+  double logprob = 0.0;
+  std::vector<std::pair<int32_t, double>> top;  // most likely first, ties by lower id
+};
+
+class Sampler {
+ public:
+  // The RNG is seeded from params.seed, or randomly when absent.
+  explicit Sampler(const SamplingParams& params);
+
+  // logits: [vocab] (modified in place). prompt/output: the request's tokens so far.
+  int32_t Sample(std::span<float> logits, std::span<const int32_t> prompt,
+                 std::span<const int32_t> output, TokenLogprobs* logprobs = nullptr);
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+};
+
+// Index of the largest value; the lowest index among ties.
+int32_t ArgMax(std::span<const float> logits);
+// log_softmax of `logits` for the chosen token and the top k, computed in double.
+TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int64_t k);
+
+}  // namespace pagoda

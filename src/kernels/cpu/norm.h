@@ -1,0 +1,15 @@
+// Normalization and activation kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace pagoda {
+
+// y[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for rows of n values. The sum of
+// squares is accumulated in double, in index order. y may alias x.
+void RmsNorm(const float* x, const float* weight, int64_t num_rows, int64_t n, double eps, float* y);
+
+// out[i] = silu(gate[i]) * up[i]; out may alias gate.
+void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+
+}  // namespace pagoda

@@ -1,0 +1,42 @@
+// Paged attention over a per-layer KV cache: one params struct for the float64
+// reference, the CPU kernel and (later) the CUDA kernels.
+//
+// The cache of one layer is two arrays of blocks,
+//   k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim]  (dtype kv_dtype)
+// and token position p of a sequence lives in block block_table[p / block_size] at
+// offset p % block_size. Every query token carries its own position and a pointer to
+// its sequence's block table, so a batch may mix prefill chunks and decodes of
+// sequences of any length ("ragged" batch).
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace pagoda {
+
+struct PagedAttentionParams {
+  const float* q = nullptr;  // [num_tokens, num_heads, head_dim] f32, RoPE applied
+  float* out = nullptr;      // [num_tokens, num_heads, head_dim] f32
+  int64_t num_tokens = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;  // divides num_heads; query head h reads KV head h / (num_heads / num_kv_heads)
+  int64_t head_dim = 0;
+
+  const void* k_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* v_cache = nullptr;  // [num_blocks, block_size, num_kv_heads, head_dim]
+  DType kv_dtype = DType::kF32;   // kF32, kBF16 or kF16
+  int64_t block_size = 16;
+
+  const int32_t* positions = nullptr;            // [num_tokens] query positions
+  const int32_t* const* block_tables = nullptr;  // [num_tokens] each token's sequence table
+  float scale = 1.0f;           // softmax scale, usually 1/sqrt(head_dim)
+  int64_t sliding_window = 0;   // > 0: query at p sees keys (p - window, p]; 0: all of [0, p]
+};
+
+// First key position a query at `pos` attends to.
+inline int64_t AttentionWindowStart(int64_t pos, int64_t sliding_window) {
+  return sliding_window > 0 && pos - sliding_window + 1 > 0 ? pos - sliding_window + 1 : 0;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,129 @@
+#include "model/arch/llama.h"
+
+#include <cmath>
+#include <utility>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/norm.h"
+#include "kernels/cpu/rope.h"
+#include "model/rope.h"
+
+namespace pagoda {
+namespace {
+
+void AddBias(const std::vector<float>& bias, int64_t num_tokens, float* x) {
+  if (bias.empty()) return;
+  const int64_t n = static_cast<int64_t>(bias.size());
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t i = 0; i < n; ++i) x[t * n + i] += bias[i];
+  }
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(ModelSpec spec, LlamaWeights weights, std::vector<int32_t> eos_ids)
+    : spec_(std::move(spec)), w_(std::move(weights)), eos_ids_(std::move(eos_ids)) {
+  spec_.Validate();
+  rope_ = MakeRopeParams(spec_.rope);
+}
+
+KVStorageShape LlamaModel::KVShapeFor(int64_t num_blocks, int64_t block_size, DType dtype) const {
+  KVStorageShape s;
+  s.num_layers = spec_.num_layers;
+  s.num_blocks = num_blocks;
+  s.block_size = block_size;
+  s.num_kv_heads = spec_.num_kv_heads;
+  s.head_dim = spec_.head_dim;
+  s.dtype = dtype;
+  return s;
+}
+
+int64_t LlamaModel::WeightBytesPerToken() const {
+  auto bytes = [](const WeightMatrix& m) { return m.rows * m.row_bytes; };
+  int64_t total = bytes(w_.output);
+  for (const auto& l : w_.layers) {
+    total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) +
+             bytes(l.w_up) + bytes(l.w_down);
+  }
+  return total;
+}
+
+void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* logits,
+                         const ForwardObserver* observer) {
+  const int64_t n = batch.num_tokens();
+  const int64_t dim = spec_.dim, hd = spec_.head_dim;
+  const int64_t q_dim = spec_.num_heads * hd, kv_dim = spec_.num_kv_heads * hd;
+  const int64_t ffn = spec_.ffn_dim;
+  PAGODA_CHECK(static_cast<int64_t>(batch.positions.size()) == n &&
+               static_cast<int64_t>(batch.slot_mapping.size()) == n &&
+               static_cast<int64_t>(batch.block_tables.size()) == n)
+      << "inconsistent batch";
+
+  std::vector<float> x(n * dim), h(n * dim), q(n * q_dim), k(n * kv_dim), v(n * kv_dim);
+  std::vector<float> attn(n * q_dim), gate(n * ffn), up(n * ffn);
+
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t id = batch.token_ids[t];
+    PAGODA_ENSURE(id >= 0 && id < spec_.vocab_size, ErrorCode::kInvalidArgument,
+                  "token id " << id << " is outside the vocabulary (size " << spec_.vocab_size << ")");
+    DequantizeRow(w_.embedding.dtype, w_.embedding.row(id), &x[t * dim], dim);
+  }
+
+  PagedAttentionParams ap;
+  ap.num_tokens = n;
+  ap.num_heads = spec_.num_heads;
+  ap.num_kv_heads = spec_.num_kv_heads;
+  ap.head_dim = hd;
+  ap.kv_dtype = cache.shape().dtype;
+  ap.block_size = cache.shape().block_size;
+  ap.positions = batch.positions.data();
+  ap.block_tables = batch.block_tables.data();
+  ap.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  ap.sliding_window = spec_.sliding_window;
+  ap.q = q.data();
+  ap.out = attn.data();
+
+  for (int64_t l = 0; l < spec_.num_layers; ++l) {
+    if (observer && observer->on_hidden) observer->on_hidden(l, x.data(), n, dim);
+    const LlamaLayerWeights& L = w_.layers[l];
+    RmsNorm(x.data(), L.attn_norm.data(), n, dim, spec_.norm_eps, h.data());
+    MatMul(L.wq, h.data(), n, q.data());
+    MatMul(L.wk, h.data(), n, k.data());
+    MatMul(L.wv, h.data(), n, v.data());
+    AddBias(L.bq, n, q.data());
+    AddBias(L.bk, n, k.data());
+    AddBias(L.bv, n, v.data());
+    ApplyRope(rope_, batch.positions.data(), n, spec_.num_heads, hd, 0, q.data());
+    ApplyRope(rope_, batch.positions.data(), n, spec_.num_kv_heads, hd, 0, k.data());
+    cache.Write(l, k.data(), v.data(), batch.slot_mapping.data(), n);
+    ap.k_cache = cache.k(l);
+    ap.v_cache = cache.v(l);
+    PagedAttention(ap);
+    MatMul(L.wo, attn.data(), n, h.data());
+    for (int64_t i = 0; i < n * dim; ++i) x[i] += h[i];
+
+    RmsNorm(x.data(), L.ffn_norm.data(), n, dim, spec_.norm_eps, h.data());
+    MatMul(L.w_gate, h.data(), n, gate.data());
+    MatMul(L.w_up, h.data(), n, up.data());
+    SiluMul(gate.data(), up.data(), n * ffn, gate.data());
+    MatMul(L.w_down, gate.data(), n, h.data());
+    for (int64_t i = 0; i < n * dim; ++i) x[i] += h[i];
+  }
+
+  RmsNorm(x.data(), w_.final_norm.data(), n, dim, spec_.norm_eps, x.data());
+  if (observer && observer->on_hidden) observer->on_hidden(spec_.num_layers, x.data(), n, dim);
+  const int64_t m = static_cast<int64_t>(batch.logits_indices.size());
+  if (m == 0) return;
+  std::vector<float> sel(m * dim);
+  for (int64_t i = 0; i < m; ++i) {
+    const int32_t t = batch.logits_indices[i];
+    PAGODA_CHECK(t >= 0 && t < n) << "logits index " << t;
+    std::copy(&x[t * dim], &x[t * dim] + dim, &sel[i * dim]);
+  }
+  MatMul(w_.output, sel.data(), m, logits);
+}
+
+}  // namespace pagoda
