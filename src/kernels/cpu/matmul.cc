@@ -1,29 +1,159 @@
 #include "kernels/cpu/matmul.h"
 
-#include <vector>
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
 
+#include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul_internal.h"
 
 namespace pagoda {
+namespace matmul_internal {
 
-void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) {
-  ParallelFor(w.rows, 16, [&](int64_t r0, int64_t r1) {
-    std::vector<float> row(w.cols);
-    for (int64_t r = r0; r < r1; ++r) {
-      DequantizeRow(w.dtype, w.row(r), row.data(), w.cols);
-      for (int64_t t = 0; t < num_tokens; ++t) {
-        const float* xt = x + t * w.cols;
-        // 8 partial sums, combined in a fixed order: independent of the batch.
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int64_t k = 0;
-        for (; k + 8 <= w.cols; k += 8) {
-          for (int j = 0; j < 8; ++j) acc[j] += row[k + j] * xt[k + j];
+std::string_view IsaLevelName(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::kGeneric: return "generic";
+    case IsaLevel::kAvx2: return "avx2";
+    case IsaLevel::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+bool IsaLevelSupported(IsaLevel level) {
+  const CpuFeatures& f = GetCpuFeatures();
+  switch (level) {
+    case IsaLevel::kGeneric: return true;
+    case IsaLevel::kAvx2: return f.avx2 && f.fma && f.f16c;
+    case IsaLevel::kAvx512:
+      return IsaLevelSupported(IsaLevel::kAvx2) && f.avx512f && f.avx512bw && f.avx512dq &&
+             f.avx512vl && f.avx512_vnni;
+  }
+  return false;
+}
+
+IsaLevel BestIsaLevel() {
+  for (IsaLevel l : {IsaLevel::kAvx512, IsaLevel::kAvx2}) {
+    if (IsaLevelSupported(l)) return l;
+  }
+  return IsaLevel::kGeneric;
+}
+
+IsaLevel DefaultIsaLevel() {
+  static const IsaLevel level = [] {
+    IsaLevel best = BestIsaLevel();
+    const char* env = std::getenv("PAGODA_MATMUL_ISA");
+    if (env == nullptr || *env == '\0') return best;
+    const std::string s(env);
+    IsaLevel want = best;
+    if (s == "generic") want = IsaLevel::kGeneric;
+    if (s == "avx2") want = IsaLevel::kAvx2;
+    if (s == "avx512") want = IsaLevel::kAvx512;
+    return static_cast<IsaLevel>(std::min(static_cast<int>(want), static_cast<int>(best)));
+  }();
+  return level;
+}
+
+void QuantizeActivations(const float* x, int64_t num_tokens, int64_t cols, bool with_offset_sums,
+                         QuantizedActivations* out) {
+  out->num_tokens = num_tokens;
+  out->cols = cols;
+  out->num_blocks = cols / 32;
+  out->q.resize(num_tokens * cols);
+  out->d.resize(num_tokens * out->num_blocks);
+  out->offset_sums.resize(with_offset_sums ? num_tokens * out->num_blocks * 8 : 0);
+  const int64_t nb = out->num_blocks;
+  ParallelFor(num_tokens, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)),
+              [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const float* src = x + t * cols + b * 32;
+        int8_t* q = out->q.data() + t * cols + b * 32;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(src[i]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        out->d[t * nb + b] = d;
+        for (int i = 0; i < 32; ++i) {
+          const long v = std::lround(src[i] * id);
+          q[i] = static_cast<int8_t>(std::clamp<long>(v, -127, 127));
         }
-        for (; k < w.cols; ++k) acc[k & 7] += row[k] * xt[k];
-        y[t * w.rows + r] = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        if (with_offset_sums) {
+          int32_t* s = out->offset_sums.data() + (t * nb + b) * 8;
+          for (int j = 0; j < 8; ++j) {
+            s[j] = 8 * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
+          }
+        }
       }
     }
   });
+}
+
+namespace {
+
+MatMulRowsFn RowsFn(IsaLevel level) {
+  switch (level) {
+    case IsaLevel::kAvx512: return &MatMulRowsAvx512;
+    case IsaLevel::kAvx2: return &MatMulRowsAvx2;
+    case IsaLevel::kGeneric: break;
+  }
+  return &MatMulRowsGeneric;
+}
+
+void CheckSupported(const WeightMatrix& w) {
+  switch (w.dtype) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16: return;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+      if (w.cols % 32 != 0) {
+        ThrowInvalidArgument("MatMul: " + std::string(DTypeName(w.dtype)) + " weight with " +
+                             std::to_string(w.cols) + " columns (needs a multiple of 32)");
+      }
+      return;
+    default:
+      ThrowUnsupported("MatMul: weight dtype " + std::string(DTypeName(w.dtype)) +
+                       " has no CPU kernel (use f32, f16, bf16, q8_0 or q4_0)");
+  }
+}
+
+}  // namespace
+
+void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
+              float* y) {
+  CheckSupported(w);
+  PAGODA_CHECK(IsaLevelSupported(level)) << "MatMul: ISA level " << IsaLevelName(level)
+                                         << " is not supported by this CPU";
+  if (num_tokens <= 0 || w.rows <= 0) return;
+  if (w.cols == 0) {
+    std::fill(y, y + num_tokens * w.rows, 0.0f);
+    return;
+  }
+  QuantizedActivations xq;
+  const bool quantized = w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0;
+  if (quantized) QuantizeActivations(x, num_tokens, w.cols, w.dtype == DType::kQ4_0, &xq);
+  const MatMulRowsFn rows_fn = RowsFn(level);
+  const QuantizedActivations* xq_ptr = quantized ? &xq : nullptr;
+  // Enough rows per thread that a split pays for waking the workers; the split
+  // never changes results (each output is computed whole by one thread).
+  const int64_t work_per_row = w.cols * num_tokens;
+  const int64_t grain = std::max<int64_t>(16, (int64_t{1} << 17) / std::max<int64_t>(work_per_row, 1));
+  ParallelFor(w.rows, grain, [&](int64_t r0, int64_t r1) {
+    rows_fn(w, x, xq_ptr, num_tokens, r0, r1, y);
+  });
+}
+
+}  // namespace matmul_internal
+
+void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) {
+  matmul_internal::MatMulAt(matmul_internal::DefaultIsaLevel(), w, x, num_tokens, y);
+}
+
+std::string_view MatMulIsaName() {
+  return matmul_internal::IsaLevelName(matmul_internal::DefaultIsaLevel());
 }
 
 }  // namespace pagoda

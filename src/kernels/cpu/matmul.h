@@ -3,15 +3,28 @@
 //
 // Batch invariance: y[t, :] depends only on x[t, :] and W, never on num_tokens or the
 // thread count: each output element is reduced over k in one fixed order.
+//
+// Kernels are chosen at run time from the CPU's features (AVX-512+VNNI, AVX2+FMA, or
+// portable C++; PAGODA_MATMUL_ISA=generic|avx2|avx512 caps the choice). F32, F16 and
+// BF16 weights are multiplied with f32 activations in f32 FMAs (weights widened
+// exactly on the fly). Q8_0 and Q4_0 weights use integer dot products with the
+// activations quantized per block of 32 to int8 (f32 scale), as llama.cpp does.
+// Thread safety: reentrant; runs on pagoda::NumThreads() threads.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "kernels/params/matmul_params.h"
 
 namespace pagoda {
 
 // x: [num_tokens, w.cols] f32, y: [num_tokens, w.rows] f32 (y must not alias x).
+// REQUIRES: w.dtype in {F32, F16, BF16, Q8_0, Q4_0} (else throws Unsupported); for Q8_0
+// and Q4_0, w.cols % 32 == 0 (else throws InvalidArgument).
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y);
+
+// The kernel family MatMul uses on this machine: "avx512", "avx2" or "generic".
+std::string_view MatMulIsaName();
 
 }  // namespace pagoda

@@ -1,0 +1,98 @@
+// Internals of the CPU MatMul shared by its per-ISA kernel files and its tests.
+//
+// Design (see matmul.h for the contract):
+//
+//   MatMul ──► level = forced level, else PAGODA_MATMUL_ISA, else the best the CPU has
+//          ──► quantized weights: x quantized once per token (QuantizeActivations)
+//          ──► ParallelFor over output rows ──► MatMulRows<level>(rows [r0, r1), all tokens)
+//
+// Every level computes each output y[t, r] with ONE fixed sequence of operations over
+// k that does not depend on which other rows or tokens share its register tile:
+//   F32/F16/BF16 weights: one vector accumulator of V lanes (V = 1x8 generic, 8 AVX2,
+//     16 AVX-512) walks k in steps of V with FMA (the weight converted to f32 on the
+//     fly, exactly); a zero-padded partial step covers cols % V; the lanes are then
+//     summed in a fixed tree.
+//   Q8_0/Q4_0 weights: per 32-block an exact integer dot product of the weight codes
+//     with the int8 activation codes, converted to f32 and accumulated as
+//     acc += float(sumi) * (d_w * d_x) into lane-wise accumulators, lanes summed in a
+//     fixed tree at the end.
+// Tiles of R rows x T tokens only interleave independent accumulators, so GEMV
+// (num_tokens = 1) and GEMM give bit-identical rows, for any thread split. Different
+// levels may differ in the last bits (different lane counts).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "kernels/params/matmul_params.h"
+
+namespace pagoda::matmul_internal {
+
+enum class IsaLevel : int {
+  kGeneric = 0,  // portable C++, any x86-64 (or other) CPU
+  kAvx2 = 1,     // AVX2 + FMA + F16C (Haswell, Zen 1+)
+  kAvx512 = 2,   // AVX-512 F/BW/DQ/VL + VNNI (Ice Lake, Sapphire Rapids, Zen 4+)
+};
+
+std::string_view IsaLevelName(IsaLevel level);
+bool IsaLevelSupported(IsaLevel level);
+// The widest level this CPU supports.
+IsaLevel BestIsaLevel();
+// The level MatMul uses: PAGODA_MATMUL_ISA=generic|avx2|avx512 if set (and supported,
+// else the best below it), else BestIsaLevel(). Read once.
+IsaLevel DefaultIsaLevel();
+
+// MatMul forced to one level. REQUIRES: IsaLevelSupported(level).
+void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
+              float* y);
+
+// Activations quantized per block of 32 for the integer dot products (as llama.cpp's
+// q8_0 activations, but with an f32 scale): x[t, 32b + i] ~= d[t, b] * q[t, 32b + i],
+// d = max|x| / 127, q = round-half-away(x / d) in [-127, 127].
+struct QuantizedActivations {
+  int64_t num_tokens = 0;
+  int64_t cols = 0;
+  int64_t num_blocks = 0;       // cols / 32
+  std::vector<int8_t> q;        // [num_tokens, cols]
+  std::vector<float> d;         // [num_tokens, num_blocks]
+  // Only filled for Q4_0 weights: [num_tokens, num_blocks, 8], lane j = 8 * sum of
+  // q[4j .. 4j+3] of the block: subtracting it turns sum(nibble * q) into
+  // sum((nibble - 8) * q), lane by lane as vpmaddubsw+vpmaddwd / vpdpbusd produce them.
+  std::vector<int32_t> offset_sums;
+
+  const int8_t* q_row(int64_t t) const { return q.data() + t * cols; }
+  const float* d_row(int64_t t) const { return d.data() + t * num_blocks; }
+  const int32_t* offset_row(int64_t t) const {
+    return offset_sums.data() + t * num_blocks * 8;
+  }
+};
+
+// Quantizes x [num_tokens, cols] (cols % 32 == 0), in parallel over tokens. Each row's
+// result depends on that row only.
+void QuantizeActivations(const float* x, int64_t num_tokens, int64_t cols, bool with_offset_sums,
+                         QuantizedActivations* out);
+
+// One level's kernel: y[t, r] for r in [r0, r1) and every token. x is the f32 input
+// [num_tokens, w.cols]; xq is its quantized form, not null iff w.dtype is Q8_0/Q4_0.
+// y: [num_tokens, w.rows].
+using MatMulRowsFn = void (*)(const WeightMatrix& w, const float* x,
+                              const QuantizedActivations* xq, int64_t num_tokens, int64_t r0,
+                              int64_t r1, float* y);
+void MatMulRowsGeneric(const WeightMatrix& w, const float* x, const QuantizedActivations* xq,
+                       int64_t num_tokens, int64_t r0, int64_t r1, float* y);
+void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const QuantizedActivations* xq,
+                    int64_t num_tokens, int64_t r0, int64_t r1, float* y);
+void MatMulRowsAvx512(const WeightMatrix& w, const float* x, const QuantizedActivations* xq,
+                      int64_t num_tokens, int64_t r0, int64_t r1, float* y);
+
+// Row block sizes: rows of one block are reused across all token tiles while they sit
+// in L2, so W is read from memory once per block of tokens.
+inline int64_t RowsPerL2Block(int64_t row_bytes, int64_t multiple) {
+  constexpr int64_t kL2Budget = 192 * 1024;
+  int64_t n = kL2Budget / (row_bytes > 0 ? row_bytes : 1);
+  n = n / multiple * multiple;
+  return n < multiple ? multiple : n;
+}
+
+}  // namespace pagoda::matmul_internal

@@ -1,0 +1,230 @@
+// MatMul against the float64 reference over a grid of shapes, token counts, weight
+// dtypes and every ISA level this CPU supports; plus bit-exact batch and thread-count
+// invariance.
+//
+// Tolerances (e = 2^-24, the f32 unit roundoff; S = sum_k |W[r,k] x[t,k]|, n = cols):
+//  * F32/F16/BF16 weights: weights are widened exactly and every product is exact
+//    inside an FMA, so the only error is the f32 summation: each of V lanes adds
+//    n/V terms in sequence, then a log2(V)-deep tree. The classic bound for a sum of
+//    m terms, (m - 1) e S, gives |y - ref| <= (ceil(n/8) + 8) e S for V in {8, 16}.
+//  * Q8_0/Q4_0 weights: activations are quantized per 32-block to d*q with
+//    |x - d*q| <= d/2 (d = max|x_block| / 127), which moves the result by at most
+//    A = sum_k |W[r,k]| d_block(k) / 2 (times 1.001 for the rounding of x/d). The
+//    integer block dots are exact; the f32 work adds one rounding for d_w*d_x, one
+//    per FMA and the lane sums: (n/32 + 8) * 2e * (S + A). Total: A*1.001 + that.
+//    Relative to S this is ~1e-2 worst case for Gaussian data (typically ~1e-3),
+//    the price of int8 activations that llama.cpp also pays.
+#include "kernels/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/ref/matmul_ref.h"
+
+namespace pagoda {
+namespace {
+
+using matmul_internal::IsaLevel;
+using matmul_internal::IsaLevelName;
+using matmul_internal::IsaLevelSupported;
+using matmul_internal::MatMulAt;
+
+constexpr double kEps = 1.0 / (1 << 24);
+
+// A random weight matrix stored in `dtype`, plus the storage it views.
+struct TestWeights {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+};
+
+TestWeights MakeWeights(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  TestWeights t;
+  const int64_t row_bytes = DTypeRowBytes(dtype, cols);
+  t.bytes.resize(rows * row_bytes + 1);  // +1: rows need not be aligned
+  uint8_t* base = t.bytes.data() + 1;
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (auto& v : row) v = dist(rng);
+    QuantizeRow(dtype, row.data(), base + r * row_bytes, cols);
+  }
+  t.w = WeightMatrix{dtype, base, rows, cols, row_bytes};
+  return t;
+}
+
+std::vector<float> MakeInput(int64_t num_tokens, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(num_tokens * cols);
+  for (auto& v : x) v = dist(rng);
+  return x;
+}
+
+bool IsQuantized(DType d) { return d == DType::kQ8_0 || d == DType::kQ4_0; }
+
+// The error bound of the file comment for output (t, r).
+double Bound(const WeightMatrix& w, const float* x, double abs_ref, int64_t t, int64_t r) {
+  const int64_t n = w.cols;
+  if (!IsQuantized(w.dtype)) return (std::ceil(n / 8.0) + 8) * kEps * abs_ref;
+  std::vector<float> row(n);
+  DequantizeRow(w.dtype, w.row(r), row.data(), n);
+  double act = 0;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    double amax = 0, wsum = 0;
+    for (int i = 0; i < 32; ++i) {
+      amax = std::max(amax, std::fabs(static_cast<double>(x[t * n + b * 32 + i])));
+      wsum += std::fabs(static_cast<double>(row[b * 32 + i]));
+    }
+    act += wsum * amax / 127.0 / 2.0;
+  }
+  return act * 1.001 + (n / 32.0 + 8) * 2 * kEps * (abs_ref + act);
+}
+
+std::string Name(IsaLevel level, DType dtype) {
+  return std::string(IsaLevelName(level)) + "_" + std::string(DTypeName(dtype));
+}
+
+class MatMulTest : public ::testing::TestWithParam<std::tuple<IsaLevel, DType>> {
+ protected:
+  void SetUp() override {
+    level_ = std::get<0>(GetParam());
+    dtype_ = std::get<1>(GetParam());
+    if (!IsaLevelSupported(level_)) {
+      GTEST_SKIP() << "CPU lacks " << IsaLevelName(level_) << " (" << GetCpuFeatures().ToString()
+                   << ")";
+    }
+  }
+  void TearDown() override { SetNumThreads(saved_threads_); }
+
+  IsaLevel level_;
+  DType dtype_;
+  int saved_threads_ = NumThreads();
+};
+
+TEST_P(MatMulTest, MatchesFloat64ReferenceOnGrid) {
+  std::vector<int64_t> cols_list = {32, 96, 4096 + 32};
+  if (!IsQuantized(dtype_)) {
+    cols_list.push_back(13);   // partial vector only
+    cols_list.push_back(100);  // full vectors + a partial one
+  }
+  uint32_t seed = 1;
+  double worst_ratio = 0;  // max |y - ref| / S, for the log
+  for (int64_t rows : {1, 7, 33}) {
+    for (int64_t cols : cols_list) {
+      for (int64_t num_tokens : {1, 3, 17, 64}) {
+        TestWeights tw = MakeWeights(dtype_, rows, cols, seed++);
+        std::vector<float> x = MakeInput(num_tokens, cols, seed++);
+        std::vector<float> y(num_tokens * rows, -1.0f);
+        std::vector<double> ref(num_tokens * rows), abs_ref(num_tokens * rows);
+        MatMulAt(level_, tw.w, x.data(), num_tokens, y.data());
+        MatMulRef(tw.w, x.data(), num_tokens, ref.data(), abs_ref.data());
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t i = t * rows + r;
+            const double err = std::fabs(y[i] - ref[i]);
+            const double bound = Bound(tw.w, x.data(), abs_ref[i], t, r);
+            worst_ratio = std::max(worst_ratio, err / abs_ref[i]);
+            ASSERT_LE(err, bound) << "rows=" << rows << " cols=" << cols
+                                  << " num_tokens=" << num_tokens << " t=" << t << " r=" << r
+                                  << " y=" << y[i] << " ref=" << ref[i] << " S=" << abs_ref[i];
+          }
+        }
+      }
+    }
+  }
+  RecordProperty("worst_error_over_abs_sum", std::to_string(worst_ratio));
+  std::printf("[ %s ] worst |y - ref| / sum|w x| = %.3g\n", Name(level_, dtype_).c_str(),
+              worst_ratio);
+}
+
+// Every token's row equals the one computed alone (num_tokens = 1), bit for bit,
+// wherever it sits in a batch.
+TEST_P(MatMulTest, BatchInvariantBitExact) {
+  for (int64_t cols : {96, 4096 + 32}) {
+    const int64_t rows = 37;
+    const int64_t num_tokens = 64;
+    TestWeights tw = MakeWeights(dtype_, rows, cols, 11);
+    std::vector<float> x = MakeInput(num_tokens, cols, 12);
+    std::vector<float> single(num_tokens * rows);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      MatMulAt(level_, tw.w, x.data() + t * cols, 1, single.data() + t * rows);
+    }
+    for (int64_t batch : {2, 3, 5, 17, 64}) {
+      for (int64_t t0 = 0; t0 + batch <= num_tokens; t0 += batch) {
+        std::vector<float> y(batch * rows);
+        MatMulAt(level_, tw.w, x.data() + t0 * cols, batch, y.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), single.data() + t0 * rows, y.size() * sizeof(float)))
+            << "cols=" << cols << " batch=" << batch << " t0=" << t0;
+      }
+    }
+  }
+}
+
+// Results do not depend on how rows are split over 1, 2 or 3 threads.
+TEST_P(MatMulTest, ThreadCountInvariantBitExact) {
+  const int64_t rows = 515, cols = 4096 + 32;
+  TestWeights tw = MakeWeights(dtype_, rows, cols, 21);
+  for (int64_t num_tokens : {1, 5}) {
+    std::vector<float> x = MakeInput(num_tokens, cols, 22);
+    std::vector<float> expected;
+    for (int threads : {1, 2, 3}) {
+      SetNumThreads(threads);
+      std::vector<float> y(num_tokens * rows);
+      MatMulAt(level_, tw.w, x.data(), num_tokens, y.data());
+      if (expected.empty()) {
+        expected = y;
+      } else {
+        ASSERT_EQ(0, std::memcmp(y.data(), expected.data(), y.size() * sizeof(float)))
+            << "threads=" << threads << " num_tokens=" << num_tokens;
+      }
+    }
+  }
+}
+
+TEST_P(MatMulTest, ZeroInputGivesZero) {
+  TestWeights tw = MakeWeights(dtype_, 9, 64, 31);
+  std::vector<float> x(3 * 64, 0.0f), y(3 * 9, 1.0f);
+  MatMulAt(level_, tw.w, x.data(), 3, y.data());
+  for (float v : y) EXPECT_EQ(v, 0.0f);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllLevels, MatMulTest,
+    ::testing::Combine(::testing::Values(IsaLevel::kGeneric, IsaLevel::kAvx2, IsaLevel::kAvx512),
+                       ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                         DType::kQ4_0)),
+    [](const ::testing::TestParamInfo<MatMulTest::ParamType>& info) {
+      return Name(std::get<0>(info.param), std::get<1>(info.param));
+    });
+
+TEST(MatMulDispatchTest, DefaultIsTheBestSupportedLevel) {
+  std::printf("CPU features: %s; MatMul uses %s\n", GetCpuFeatures().ToString().c_str(),
+              std::string(MatMulIsaName()).c_str());
+  if (std::getenv("PAGODA_MATMUL_ISA") == nullptr) {
+    EXPECT_EQ(MatMulIsaName(), IsaLevelName(matmul_internal::BestIsaLevel()));
+  }
+  EXPECT_TRUE(IsaLevelSupported(IsaLevel::kGeneric));
+}
+
+TEST(MatMulDispatchTest, RejectsUnsupportedWeights) {
+  std::vector<uint8_t> bytes(1024);
+  std::vector<float> x(256), y(4);
+  WeightMatrix k_quant{DType::kQ4_K, bytes.data(), 1, 256, 144};
+  EXPECT_THROW(MatMul(k_quant, x.data(), 1, y.data()), Error);
+  WeightMatrix ragged{DType::kQ8_0, bytes.data(), 1, 48, 34};
+  EXPECT_THROW(MatMul(ragged, x.data(), 1, y.data()), Error);
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -1,0 +1,40 @@
+// Bounds of this machine, measured at run time, for roofline reports beside measured
+// kernel speed (`pagoda bench latency`, bench/matmul_bench.cc):
+//   decode is bounded by memory bandwidth (bytes read per token / GB/s),
+//   prefill by the dot-product peak of the instructions its kernels use.
+// Each measure runs on pagoda::NumThreads() threads (one item per thread via
+// ParallelFor), takes the best of a few repeats, and lasts roughly 0.1-0.5 s.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace pagoda {
+
+// STREAM-style read bandwidth in GB/s (1e9 bytes/s): every thread sums its share of a
+// buffer of `bytes` (far larger than the last-level cache) with vector loads.
+double MeasureReadBandwidthGBs(int64_t bytes = int64_t{256} << 20, int repeats = 5);
+
+// Peak f32 FMA throughput in GFLOP/s (2 flops per multiply-add), with the widest
+// vectors the CPU has (AVX-512, AVX2+FMA, else scalar).
+double MeasurePeakFmaGflops();
+
+// Peak vdpbf16ps throughput in GFLOP/s (2 flops per bf16 multiply-add); 0 when the
+// CPU lacks AVX512_BF16.
+double MeasurePeakBf16Gflops();
+
+// Peak int8 dot-product throughput in GOP/s (2 ops per u8 x s8 multiply-add) with the
+// instructions the quantized MatMul uses: vpdpbusd (AVX-512 VNNI), else
+// vpmaddubsw + vpmaddwd + vpaddd (AVX2); 0 without AVX2.
+double MeasurePeakInt8Gops();
+
+struct RooflineBounds {
+  double read_gbs = 0;
+  double fma_gflops = 0;
+  double bf16_gflops = 0;
+  double int8_gops = 0;
+  std::string isa;  // MatMulIsaName()
+};
+RooflineBounds MeasureRoofline();
+
+}  // namespace pagoda
