@@ -1,0 +1,128 @@
+#include "engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+
+namespace pagoda {
+namespace {
+
+std::vector<float> Logits() { return {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, 0.5f}; }
+
+TEST(SamplerTest, GreedyPicksTheLowestIdAmongTies) {
+  SamplingParams p;
+  p.temperature = 0.0;
+  Sampler s(p);
+  auto l = Logits();
+  EXPECT_EQ(s.Sample(l, {}, {}), 1);
+}
+
+TEST(SamplerTest, LogprobsAreOfTheRawLogitsMostLikelyFirst) {
+  SamplingParams p;
+  p.temperature = 0.0;
+  p.logprobs = 3;
+  p.repetition_penalty = 2.0;  // processing must not change the reported logprobs
+  Sampler s(p);
+  auto l = Logits();
+  TokenLogprobs lp;
+  const std::vector<int32_t> prompt = {1};
+  const int32_t id = s.Sample(l, prompt, {}, &lp);
+  EXPECT_EQ(id, 3);  // token 1 was penalized to 1.5
+  double lse = 0;
+  for (float x : Logits()) lse += std::exp(x);
+  lse = std::log(lse);
+  EXPECT_NEAR(lp.logprob, 3.0 - lse, 1e-9);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 1);
+  EXPECT_EQ(lp.top[1].first, 3);
+  EXPECT_EQ(lp.top[2].first, 2);
+  EXPECT_NEAR(lp.top[2].second, 2.0 - lse, 1e-9);
+}
+
+TEST(SamplerTest, SameSeedSameTokens) {
+  SamplingParams p;
+  p.seed = 99;
+  Sampler a(p), b(p);
+  for (int i = 0; i < 50; ++i) {
+    auto la = Logits(), lb = Logits();
+    EXPECT_EQ(a.Sample(la, {}, {}), b.Sample(lb, {}, {}));
+  }
+}
+
+TEST(SamplerTest, TopKOneIsGreedy) {
+  SamplingParams p;
+  p.top_k = 1;
+  p.seed = 1;
+  Sampler s(p);
+  for (int i = 0; i < 20; ++i) {
+    auto l = Logits();
+    EXPECT_EQ(s.Sample(l, {}, {}), 1);
+  }
+}
+
+TEST(SamplerTest, TopPAndMinPKeepOnlyLikelyTokens) {
+  // Probabilities at T=1: tokens 1 and 3 dominate; top_p 0.5 keeps only the first of them.
+  SamplingParams p;
+  p.top_p = 0.3;
+  p.seed = 5;
+  Sampler s(p);
+  for (int i = 0; i < 50; ++i) {
+    auto l = Logits();
+    EXPECT_EQ(s.Sample(l, {}, {}), 1);
+  }
+  SamplingParams m;
+  m.min_p = 0.5;  // keeps tokens with p >= 0.5 p_max: ids 1, 3 (2 has e^-1 = 0.37)
+  m.seed = 6;
+  Sampler sm(m);
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 200; ++i) {
+    auto l = Logits();
+    ++seen[sm.Sample(l, {}, {})];
+  }
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[3], 0);
+}
+
+TEST(SamplerTest, TemperatureSamplesFollowTheDistribution) {
+  SamplingParams p;
+  p.seed = 11;
+  Sampler s(p);
+  std::vector<float> base = {0.0f, std::log(3.0f)};  // p = 0.25, 0.75
+  int ones = 0;
+  const int n = 4000;
+  for (int i = 0; i < n; ++i) {
+    auto l = base;
+    ones += s.Sample(l, {}, {}) == 1;
+  }
+  EXPECT_NEAR(static_cast<double>(ones) / n, 0.75, 0.03);
+}
+
+TEST(SamplerTest, PenaltiesApplyAsVllmDoes) {
+  SamplingParams p;
+  p.temperature = 0.0;
+  p.frequency_penalty = 1.0;
+  Sampler s(p);
+  auto l = Logits();
+  const std::vector<int32_t> out = {1, 1};  // token 1: 3 - 2 = 1
+  EXPECT_EQ(s.Sample(l, {}, out), 3);
+  EXPECT_FLOAT_EQ(l[1], 1.0f);
+}
+
+TEST(SamplerTest, InvalidParamsAreRejected) {
+  SamplingParams p;
+  p.top_p = 0.0;
+  EXPECT_THROW(p.Validate(), Error);
+  p = {};
+  p.temperature = -1;
+  EXPECT_THROW(p.Validate(), Error);
+  p = {};
+  p.repetition_penalty = 0;
+  EXPECT_THROW(p.Validate(), Error);
+}
+
+}  // namespace
+}  // namespace pagoda

@@ -1,0 +1,167 @@
+// The CPU paged attention kernel against the float64 reference over a grid of shapes,
+// block sizes, GQA ratios, lengths, windows and KV dtypes; and its invariance to the
+// batch, the block size and the thread count.
+#include "kernels/cpu/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "core/parallel.h"
+#include "kernels/ref/attention_ref.h"
+
+namespace pagoda {
+namespace {
+
+struct Case {
+  int64_t head_dim, block_size, num_kv_heads, group, len, window;
+  DType kv_dtype;
+};
+
+// A cache holding one sequence of `len` tokens at scrambled blocks, plus queries for the
+// last `num_queries` positions.
+struct Fixture {
+  std::vector<float> q, out, ref_out;
+  std::vector<uint8_t> k, v;
+  std::vector<int32_t> table, positions;
+  std::vector<const int32_t*> tables;
+  PagedAttentionParams p;
+
+  Fixture(const Case& c, int64_t num_queries, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int64_t num_heads = c.num_kv_heads * c.group;
+    const int64_t num_blocks = (c.len + c.block_size - 1) / c.block_size + 3;
+    table.resize(num_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    const int64_t elems = num_blocks * c.block_size * c.num_kv_heads * c.head_dim;
+    const int64_t esize = DTypeBlockBytes(c.kv_dtype);
+    k.resize(elems * esize);
+    v.resize(elems * esize);
+    std::vector<float> row(elems);
+    for (auto* buf : {&k, &v}) {
+      for (float& x : row) x = normal(rng);
+      if (rng() % 2 == 0) row[rng() % elems] = 30.0f;  // an outlier
+      QuantizeRow(c.kv_dtype, row.data(), buf->data(), elems);
+    }
+    q.resize(num_queries * num_heads * c.head_dim);
+    for (float& x : q) x = normal(rng);
+    out.assign(q.size(), 0.0f);
+    ref_out.assign(q.size(), 0.0f);
+    for (int64_t i = 0; i < num_queries; ++i) positions.push_back(static_cast<int32_t>(c.len - num_queries + i));
+    tables.assign(num_queries, table.data());
+    p.q = q.data();
+    p.out = out.data();
+    p.num_tokens = num_queries;
+    p.num_heads = num_heads;
+    p.num_kv_heads = c.num_kv_heads;
+    p.head_dim = c.head_dim;
+    p.k_cache = k.data();
+    p.v_cache = v.data();
+    p.kv_dtype = c.kv_dtype;
+    p.block_size = c.block_size;
+    p.positions = positions.data();
+    p.block_tables = tables.data();
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    p.sliding_window = c.window;
+  }
+};
+
+class AttentionGridTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionGridTest, MatchesFloat64Reference) {
+  const Case c = GetParam();
+  Fixture f(c, std::min<int64_t>(c.len, 5), 42 + c.len);
+  PagedAttention(f.p);
+  PagedAttentionParams r = f.p;
+  r.out = f.ref_out.data();
+  ref::PagedAttention(r);
+  // f32 accumulation over up to 513 keys of unit-variance values: a few ulps of the
+  // output magnitude (outputs are convex combinations of V rows, |V| <= 30).
+  for (size_t i = 0; i < f.out.size(); ++i) ASSERT_NEAR(f.out[i], f.ref_out[i], 2e-5 * 30) << i;
+}
+
+std::vector<Case> Grid() {
+  std::vector<Case> cases;
+  for (int64_t hd : {64, 80, 128, 256}) {
+    for (int64_t bs : {1, 16, 256}) {
+      for (int64_t group : {1, 4, 8}) {
+        for (int64_t len : {1, 17, 97, 513}) {
+          if (hd != 64 && len == 513 && bs != 16) continue;  // keep the grid quick
+          cases.push_back({hd, bs, 2, group, len, 0, DType::kF32});
+        }
+      }
+    }
+  }
+  for (DType t : {DType::kBF16, DType::kF16}) cases.push_back({64, 16, 2, 4, 97, 0, t});
+  for (int64_t window : {1, 24, 64, 100}) cases.push_back({64, 16, 2, 2, 200, window, DType::kF32});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, AttentionGridTest, ::testing::ValuesIn(Grid()), [](const auto& info) {
+  const Case& c = info.param;
+  return "d" + std::to_string(c.head_dim) + "_bs" + std::to_string(c.block_size) + "_g" +
+         std::to_string(c.group) + "_len" + std::to_string(c.len) + "_w" + std::to_string(c.window) +
+         "_" + std::string(DTypeName(c.kv_dtype));
+});
+
+TEST(AttentionTest, BitIdenticalWhateverTheBatchAndThreads) {
+  const Case c{64, 16, 2, 4, 300, 0, DType::kF32};
+  Fixture all(c, 8, 7);
+  SetNumThreads(2);
+  PagedAttention(all.p);
+  for (int threads : {1, 3}) {
+    SetNumThreads(threads);
+    for (int64_t t = 0; t < 8; ++t) {
+      PagedAttentionParams one = all.p;
+      std::vector<float> out(all.p.num_heads * c.head_dim);
+      one.num_tokens = 1;
+      one.q = all.q.data() + t * all.p.num_heads * c.head_dim;
+      one.positions = all.positions.data() + t;
+      one.block_tables = all.tables.data() + t;
+      one.out = out.data();
+      PagedAttention(one);
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_EQ(out[i], all.out[t * all.p.num_heads * c.head_dim + i]) << "token " << t;
+      }
+    }
+  }
+  SetNumThreads(2);
+}
+
+TEST(AttentionTest, BitIdenticalWhateverTheBlockSize) {
+  // The same keys laid out in blocks of 1, 16 and 256 give the same bits.
+  const int64_t len = 150, d = 64, kvh = 1, heads = 2;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> keys(len * kvh * d), values(len * kvh * d), q(heads * d);
+  for (auto* v : {&keys, &values, &q}) for (float& x : *v) x = normal(rng);
+  std::vector<float> first;
+  for (int64_t bs : {1, 16, 256}) {
+    const int64_t nb = (len + bs - 1) / bs;
+    std::vector<int32_t> table(nb);
+    std::iota(table.rbegin(), table.rend(), 0);
+    std::vector<float> k(nb * bs * kvh * d), v(k.size());
+    for (int64_t p = 0; p < len; ++p) {
+      const int64_t slot = int64_t{table[p / bs]} * bs + p % bs;
+      std::copy_n(&keys[p * d], d, &k[slot * d]);
+      std::copy_n(&values[p * d], d, &v[slot * d]);
+    }
+    std::vector<float> out(heads * d);
+    const int32_t pos = len - 1;
+    const int32_t* tp = table.data();
+    PagedAttentionParams prm;
+    prm.q = q.data(); prm.out = out.data(); prm.num_tokens = 1; prm.num_heads = heads;
+    prm.num_kv_heads = kvh; prm.head_dim = d; prm.k_cache = k.data(); prm.v_cache = v.data();
+    prm.block_size = bs; prm.positions = &pos; prm.block_tables = &tp; prm.scale = 0.125f;
+    PagedAttention(prm);
+    if (first.empty()) first = out;
+    ASSERT_EQ(out, first) << "block size " << bs;
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
