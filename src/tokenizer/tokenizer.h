@@ -70,7 +70,11 @@ class IncrementalDetokenizer {
   const Tokenizer& tokenizer_;
   bool skip_special_;
   std::vector<int32_t> ids_;
-  size_t emitted_bytes_ = 0;
+  size_t emitted_bytes_ = 0;  // total bytes returned so far
+  // Window [prefix_offset_, end) is decoded each step; [prefix_offset_,
+  // read_offset_) is the part whose text was already emitted.
+  size_t prefix_offset_ = 0;
+  size_t read_offset_ = 0;
 };
 
 }  // namespace pagoda
