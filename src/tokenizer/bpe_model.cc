@@ -60,7 +60,7 @@ BpeModel::BpeModel(const std::vector<std::string>& pieces,
 }
 
 int32_t BpeModel::PieceId(std::string_view piece) const {
-  auto it = piece_to_id_.find(std::string(piece));
+  auto it = piece_to_id_.find(piece);
   return it == piece_to_id_.end() ? -1 : it->second;
 }
 

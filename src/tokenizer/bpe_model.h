@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/string_hash.h"
+
 namespace pagoda {
 
 struct BpeModelOptions {
@@ -41,7 +43,7 @@ class BpeModel {
   int32_t PieceId(std::string_view piece) const;  // -1 when absent
 
  private:
-  std::unordered_map<std::string, int32_t> piece_to_id_;
+  StringMap<int32_t> piece_to_id_;
   // (left id << 32 | right id) -> (rank, merged id)
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;
   int32_t byte_ids_[256];

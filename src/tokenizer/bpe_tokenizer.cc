@@ -93,25 +93,36 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text,
 }
 
 std::string BpeTokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {
+  // Added tokens (control, user-defined) are emitted as they are, the pieces between
+  // them go through the decoders (llama.cpp's token_to_piece does the same).
+  std::string out;
   std::vector<std::string> pieces;
-  pieces.reserve(ids.size());
+  auto flush = [&] {
+    if (pieces.empty()) return;
+    if (config_.decoders.empty()) {
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        if (i > 0 || !out.empty()) out.push_back(' ');
+        out.append(pieces[i]);
+      }
+    } else {
+      for (const auto& d : config_.decoders) d->DecodeChain(&pieces);
+      for (const std::string& p : pieces) out.append(p);
+    }
+    pieces.clear();
+  };
   for (int32_t id : ids) {
     PAGODA_ENSURE(id >= 0 && id < vocab_size(), ErrorCode::kInvalidArgument,
                   "token id " << id << " is outside the vocabulary of " << vocab_size());
     if (skip_special && special_[id]) continue;
+    TokenType type = config_.types[id];
+    if (type == TokenType::kControl || type == TokenType::kUserDefined) {
+      flush();
+      out.append(config_.pieces[id]);
+      continue;
+    }
     pieces.push_back(config_.pieces[id]);
   }
-  if (config_.decoders.empty()) {
-    std::string out;
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      if (i > 0) out.push_back(' ');
-      out.append(pieces[i]);
-    }
-    return out;
-  }
-  for (const auto& d : config_.decoders) d->DecodeChain(&pieces);
-  std::string out;
-  for (const std::string& p : pieces) out.append(p);
+  flush();
   return out;
 }
 

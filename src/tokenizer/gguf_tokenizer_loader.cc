@@ -2,6 +2,8 @@
 //   model "llama" -> SpmTokenizer (tokens, scores, token_type)
 //   model "gpt2"  -> BpeTokenizer (tokens, token_type, merges, pre)
 #include <algorithm>
+#include <cctype>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "io/gguf_file.h"
@@ -56,6 +58,26 @@ std::vector<int32_t> EndOfGenerationIds(const GgufFile& gguf, const std::vector<
   return ids;
 }
 
+// llama.cpp keys one tokenizer rule on the model's name: Phi-3's special tokens
+// swallow the whitespace after them (LLAMA_TOKEN_ATTR_RSTRIP), except <unk>, <s>
+// and <|endoftext|>.
+std::unordered_set<int32_t> RstripIds(const GgufFile& gguf, const std::vector<std::string>& tokens,
+                                      const std::vector<TokenType>& types) {
+  std::unordered_set<int32_t> ids;
+  std::string name = gguf.GetString("general.name", "");
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
+  if (name.find("phi-3") == std::string::npos && name.find("phi3") == std::string::npos) return ids;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    bool special = types[i] == TokenType::kControl || types[i] == TokenType::kUserDefined ||
+                   types[i] == TokenType::kUnknown || tokens[i] == "</s>";
+    if (special && tokens[i] != "<unk>" && tokens[i] != "<s>" && tokens[i] != "<|endoftext|>") {
+      ids.insert(static_cast<int32_t>(i));
+    }
+  }
+  return ids;
+}
+
 std::unique_ptr<Tokenizer> LoadGgufSpm(const GgufFile& gguf, std::vector<std::string> tokens) {
   const size_t n = tokens.size();
   SpmVocab vocab;
@@ -76,6 +98,7 @@ std::unique_ptr<Tokenizer> LoadGgufSpm(const GgufFile& gguf, std::vector<std::st
   vocab.add_bos = gguf.GetBool("tokenizer.ggml.add_bos_token", true);
   vocab.add_eos = gguf.GetBool("tokenizer.ggml.add_eos_token", false);
   vocab.add_space_prefix = gguf.GetBool("tokenizer.ggml.add_space_prefix", true);
+  vocab.rstrip_ids = RstripIds(gguf, tokens, vocab.types);
   vocab.pieces = std::move(tokens);
   return std::make_unique<SpmTokenizer>(std::move(vocab));
 }
@@ -108,12 +131,14 @@ std::unique_ptr<Tokenizer> LoadGgufBpe(const GgufFile& gguf, std::vector<std::st
   if (add_bos && config.bos_id >= 0) config.prefix_ids.push_back(config.bos_id);
   if (add_eos && !config.eos_ids.empty()) config.suffix_ids.push_back(config.eos_ids[0]);
   // llama.cpp: control tokens with parse_special, user-defined ones always.
+  std::unordered_set<int32_t> rstrip = RstripIds(gguf, tokens, config.types);
   for (size_t i = 0; i < n; ++i) {
     if (config.types[i] == TokenType::kControl || config.types[i] == TokenType::kUserDefined) {
       AddedToken t;
       t.content = tokens[i];
       t.id = static_cast<int32_t>(i);
       t.special = config.types[i] == TokenType::kControl;
+      t.rstrip = rstrip.count(static_cast<int32_t>(i)) != 0;
       config.added_tokens.push_back(std::move(t));
     }
   }

@@ -119,6 +119,7 @@ std::unique_ptr<Tokenizer> LoadSentencePieceModel(const std::string& path,
   if (eos >= 0) vocab.eos_ids.push_back(eos);
   vocab.add_space_prefix = normalizer.add_dummy_prefix;
   vocab.remove_extra_whitespaces = normalizer.remove_extra_whitespaces;
+  vocab.prefix_after_special = false;
   // transformers' LlamaTokenizer: add_bos_token defaults to true, add_eos_token to false.
   int add_bos = ConfigBool(tokenizer_config, "add_bos_token");
   int add_eos = ConfigBool(tokenizer_config, "add_eos_token");

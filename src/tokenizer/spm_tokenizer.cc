@@ -113,6 +113,7 @@ SpmTokenizer::SpmTokenizer(SpmVocab vocab) : vocab_(std::move(vocab)) {
       t.content = UnescapeWhitespace(piece);
       t.id = static_cast<int32_t>(i);
       t.needs_parse_special = type == TokenType::kControl;
+      t.rstrip = vocab_.rstrip_ids.count(static_cast<int32_t>(i)) != 0;
       specials_.Add(std::move(t));
     }
   }
@@ -144,15 +145,20 @@ std::vector<int32_t> SpmTokenizer::Encode(std::string_view input,
   }
   std::vector<int32_t> out;
   bool prev_special = true;  // the dummy prefix goes on the first fragment
+  bool at_start = true;
   if (options.add_special_tokens && vocab_.add_bos) out.push_back(vocab_.bos_id);
   for (const TextFragment& f : specials_.Split(text, options.parse_special)) {
+    bool prefix = vocab_.add_space_prefix && (vocab_.prefix_after_special ? prev_special : at_start);
+    at_start = false;
     if (f.token_id >= 0) {
+      // sentencepiece puts the dummy prefix before a leading user-defined piece.
+      if (prefix && !vocab_.prefix_after_special) EncodeFragment(std::string(kSpaceSymbol), &out);
       out.push_back(f.token_id);
       prev_special = true;
       continue;
     }
     std::string fragment;
-    if (vocab_.add_space_prefix && prev_special) fragment = " ";
+    if (prefix) fragment = " ";
     fragment.append(f.text);
     EncodeFragment(EscapeWhitespace(fragment), &out);
     prev_special = false;
@@ -192,12 +198,12 @@ void SpmTokenizer::EncodeFragment(const std::string& text, std::vector<int32_t>*
     if (left < 0 || right < 0) return;
     const Symbol& l = symbols[left];
     const Symbol& r = symbols[right];
-    std::string piece = text.substr(l.start, l.size + r.size);
+    std::string_view piece = std::string_view(text).substr(l.start, l.size + r.size);
     auto it = mergeable_.find(piece);
     if (it == mergeable_.end()) return;
     agenda.push({left, right, vocab_.scores[it->second], piece.size()});
     if (vocab_.types[it->second] == TokenType::kUnused) {
-      rev_merge.emplace(std::move(piece), std::make_pair(l.size, r.size));
+      rev_merge.emplace(std::string(piece), std::make_pair(l.size, r.size));
     }
   };
   for (size_t i = 1; i < symbols.size(); ++i) try_add(static_cast<int>(i) - 1, static_cast<int>(i));
@@ -218,7 +224,7 @@ void SpmTokenizer::EncodeFragment(const std::string& text, std::vector<int32_t>*
 
   // Resegments a symbol: its piece id, the two halves of an unused piece, or bytes.
   auto resegment = [&](auto&& self, std::string_view piece) -> void {
-    auto it = mergeable_.find(std::string(piece));
+    auto it = mergeable_.find(piece);
     if (it != mergeable_.end()) {
       if (vocab_.types[it->second] == TokenType::kUnused && !vocab_.llama2c_mode) {
         auto split = rev_merge.find(std::string(piece));

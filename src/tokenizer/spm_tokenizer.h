@@ -19,10 +19,11 @@
 
 #include <array>
 #include <string>
-#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "tokenizer/special_token_matcher.h"
+#include "tokenizer/string_hash.h"
 #include "tokenizer/token_type.h"
 #include "tokenizer/tokenizer.h"
 
@@ -41,6 +42,11 @@ struct SpmVocab {
   // sentencepiece's normalizer option: drop leading/trailing spaces and collapse
   // runs of spaces (false for Llama's tokenizer.model and for GGUF vocabularies).
   bool remove_extra_whitespaces = false;
+  // llama.cpp: every text fragment after a special token gets the dummy prefix.
+  // sentencepiece (tokenizer.model): only the start of the text does.
+  bool prefix_after_special = true;
+  // Special tokens that swallow the whitespace after them (llama.cpp's RSTRIP).
+  std::unordered_set<int32_t> rstrip_ids;
   // llama2.c: every piece may be merged (run.c looks pieces up regardless of type)
   // and Decode strips the leading space only right after BOS.
   bool llama2c_mode = false;
@@ -70,7 +76,7 @@ class SpmTokenizer final : public Tokenizer {
   void AppendByteFallback(std::string_view symbol, std::vector<int32_t>* out) const;
 
   SpmVocab vocab_;
-  std::unordered_map<std::string, int32_t> mergeable_;  // pieces BPE may produce
+  StringMap<int32_t> mergeable_;  // pieces BPE may produce
   std::array<int32_t, 256> byte_ids_;                    // <0xXX> ids, -1 if absent
   SpecialTokenMatcher specials_;
 };
