@@ -58,17 +58,19 @@ struct KVCacheManagerConfig {
   PrefixHashAlgo hash_algo = PrefixHashAlgo::kSha256;
 };
 
-// What the manager needs to know of a request; the caller (the scheduler's Request) owns it.
+// What the manager needs to know of a request; the caller (the scheduler's Request) owns it
+// and the views need to outlive the call only: {id, tokens, num_computed_tokens} or
+// {id, tokens, num_computed_tokens, cache_salt}.
 struct KVRequest {
   int64_t request_id = 0;
   // Every known token: the prompt, then the outputs so far. Must cover the tokens being
   // scheduled (token_ids.size() >= num_computed_tokens + num_new_tokens).
-  std::span<const int32_t> token_ids;
+  std::span<const int32_t> token_ids = {};
   // Tokens whose K/V are already in the request's blocks, before this call (0 for a new
   // request: the prefix hit is passed separately as new_computed_blocks).
   int64_t num_computed_tokens = 0;
   // Per-request extra hash keys (a cache_salt); read on the first allocation only.
-  std::string_view extra_keys;
+  std::string_view extra_keys = {};
 };
 
 // A prefix-cache hit: full blocks, never the whole prompt.
