@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "engine/generator.h"
 #include "io/safetensors_file.h"
 #include "model/gguf_loader.h"
 #include "tests/test_util.h"
@@ -19,69 +18,13 @@ struct GoldenCase {
   bool check_greedy;
 };
 
-std::vector<int32_t> ToI32(const std::vector<int64_t>& v) { return std::vector<int32_t>(v.begin(), v.end()); }
-
-void CheckSequence(Model& model, const SafetensorsFile& golden, const std::string& s, double tol,
-                   bool check_greedy) {
-  SCOPED_TRACE("sequence " + s);
-  const auto ids = ToI32(golden.ReadI64("input_ids." + s));
-  const int64_t n = static_cast<int64_t>(ids.size());
-  const int64_t vocab = model.spec().vocab_size;
-  const auto logits = testing::AllLogits(model, ids, DType::kF32);
-
-  // The 8 largest logits at every position.
-  const auto top_ids = golden.ReadI64("topk_ids." + s);
-  const auto top_logits = golden.ReadF32("topk_logits." + s);
-  const int64_t k = static_cast<int64_t>(top_ids.size()) / n;
-  ASSERT_EQ(k, 8);
-  double worst = 0.0;
-  for (int64_t t = 0; t < n; ++t) {
-    const float* row = &logits[t * vocab];
-    for (int64_t j = 0; j < k; ++j) {
-      const double diff = std::fabs(row[top_ids[t * k + j]] - top_logits[t * k + j]);
-      worst = std::max(worst, diff);
-      ASSERT_LE(diff, tol) << "position " << t << " rank " << j << " token " << top_ids[t * k + j];
-    }
-    // No other token may rise above the golden 8th-largest logit by more than tol.
-    std::vector<float> sorted(row, row + vocab);
-    std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
-    EXPECT_LE(sorted[k - 1], top_logits[t * k + k - 1] + tol) << "position " << t;
-  }
-  // The full last-position logits.
-  const auto last = golden.ReadF32("logits_last." + s);
-  ASSERT_EQ(static_cast<int64_t>(last.size()), vocab);
-  for (int64_t i = 0; i < vocab; ++i) {
-    ASSERT_NEAR(logits[(n - 1) * vocab + i], last[i], tol) << "token " << i;
-  }
-  ::testing::Test::RecordProperty("max_topk_logit_error_" + s, std::to_string(worst));
-
-  if (!check_greedy) return;
-  const auto greedy = ToI32(golden.ReadI64("greedy." + s));
-  const auto margin = golden.ReadF32("greedy_margin." + s);
-  GeneratorOptions options;
-  options.kv_dtype = DType::kF32;
-  options.max_model_len = n + static_cast<int64_t>(greedy.size()) + 1;
-  Generator gen(model, options);
-  GenerateRequest req;
-  req.prompt = ids;
-  req.sampling.temperature = 0.0;
-  req.max_tokens = static_cast<int64_t>(greedy.size());
-  req.ignore_eos = true;
-  const auto out = gen.Generate(req).output;
-  for (size_t i = 0; i < greedy.size(); ++i) {
-    if (margin[i] < 1e-3) break;  // float32 may legitimately pick the other token from here on
-    ASSERT_LT(i, out.size());
-    ASSERT_EQ(out[i], greedy[i]) << "greedy step " << i << " (margin " << margin[i] << ")";
-  }
-}
-
 class GgufGoldenTest : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GgufGoldenTest, MatchesTransformersFloat64) {
   const GoldenCase& c = GetParam();
   auto model = LoadGgufModel(testing::Fixture("models/hf/" + c.model_dir + "/" + c.gguf));
   SafetensorsFile golden(testing::Fixture("models/hf/" + c.model_dir + "/golden.safetensors"));
-  for (const char* s : {"a", "b"}) CheckSequence(*model, golden, s, c.tolerance, c.check_greedy);
+  for (const char* s : {"a", "b"}) testing::CheckSequence(*model, golden, s, c.tolerance, c.check_greedy);
 }
 
 // F32 weights: within 1e-3 of the float64 reference.

@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cmath>
+#include <functional>
 #include <numeric>
+
+#include "engine/generator.h"
 
 namespace pagoda::testing {
 
@@ -50,6 +54,88 @@ std::vector<float> AllLogits(Model& model, const std::vector<int32_t>& ids, DTyp
     model.Forward(b, cache, logits.data() + start * vocab, observer);
   }
   return logits;
+}
+
+std::vector<int32_t> GoldenIds(const SafetensorsFile& golden, const std::string& s) {
+  const auto ids = golden.ReadI64("input_ids." + s);
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+LogitErrors CheckGoldenLogits(const std::vector<float>& logits, int64_t vocab,
+                              const SafetensorsFile& golden, const std::string& s, double tol) {
+  SCOPED_TRACE("logits of sequence " + s);
+  LogitErrors e;
+  const auto top_ids = golden.ReadI64("topk_ids." + s);
+  const auto top_logits = golden.ReadF32("topk_logits." + s);
+  const int64_t n = static_cast<int64_t>(logits.size()) / vocab;
+  const int64_t k = static_cast<int64_t>(top_ids.size()) / n;
+  EXPECT_EQ(k, 8);
+  EXPECT_EQ(static_cast<int64_t>(top_ids.size()), n * k);
+  if (k != 8 || static_cast<int64_t>(top_ids.size()) != n * k) return e;
+  int64_t failures = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = &logits[t * vocab];
+    for (int64_t j = 0; j < k; ++j) {
+      const double diff = std::fabs(row[top_ids[t * k + j]] - top_logits[t * k + j]);
+      e.topk = std::max(e.topk, diff);
+      if (diff > tol && ++failures <= 3) {
+        ADD_FAILURE() << "position " << t << " rank " << j << " token " << top_ids[t * k + j]
+                      << ": " << row[top_ids[t * k + j]] << " vs golden " << top_logits[t * k + j];
+      }
+    }
+    // No other token may rise above the golden 8th-largest logit by more than tol.
+    std::vector<float> sorted(row, row + vocab);
+    std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+    EXPECT_LE(sorted[k - 1], top_logits[t * k + k - 1] + tol) << "position " << t;
+  }
+  const auto last = golden.ReadF32("logits_last." + s);
+  EXPECT_EQ(static_cast<int64_t>(last.size()), vocab);
+  if (static_cast<int64_t>(last.size()) != vocab) return e;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double diff = std::fabs(logits[(n - 1) * vocab + i] - last[i]);
+    e.last = std::max(e.last, diff);
+    if (diff > tol && ++failures <= 6) {
+      ADD_FAILURE() << "last position, token " << i << ": " << logits[(n - 1) * vocab + i]
+                    << " vs golden " << last[i];
+    }
+  }
+  EXPECT_LE(e.topk, tol) << "worst top-8 logit error";
+  EXPECT_LE(e.last, tol) << "worst last-position logit error";
+  ::testing::Test::RecordProperty("max_topk_logit_error_" + s, std::to_string(e.topk));
+  ::testing::Test::RecordProperty("max_last_logit_error_" + s, std::to_string(e.last));
+  return e;
+}
+
+void CheckGoldenGreedy(Model& model, const SafetensorsFile& golden, const std::string& s) {
+  SCOPED_TRACE("greedy of sequence " + s);
+  const auto ids = GoldenIds(golden, s);
+  const auto want64 = golden.ReadI64("greedy." + s);
+  const std::vector<int32_t> want(want64.begin(), want64.end());
+  const auto margin = golden.ReadF32("greedy_margin." + s);
+  GeneratorOptions options;
+  options.kv_dtype = DType::kF32;
+  options.max_model_len = static_cast<int64_t>(ids.size() + want.size()) + 1;
+  Generator gen(model, options);
+  GenerateRequest req;
+  req.prompt = ids;
+  req.sampling.temperature = 0.0;
+  req.max_tokens = static_cast<int64_t>(want.size());
+  req.ignore_eos = true;
+  const auto out = gen.Generate(req).output;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (margin[i] < 1e-3) break;  // float32 may legitimately pick the other token from here on
+    ASSERT_LT(i, out.size());
+    ASSERT_EQ(out[i], want[i]) << "greedy step " << i << " (margin " << margin[i] << ")";
+  }
+}
+
+LogitErrors CheckSequence(Model& model, const SafetensorsFile& golden, const std::string& s,
+                          double tol, bool check_greedy) {
+  SCOPED_TRACE("sequence " + s);
+  const auto logits = AllLogits(model, GoldenIds(golden, s), DType::kF32);
+  const LogitErrors e = CheckGoldenLogits(logits, model.spec().vocab_size, golden, s, tol);
+  if (check_greedy) CheckGoldenGreedy(model, golden, s);
+  return e;
 }
 
 }  // namespace pagoda::testing

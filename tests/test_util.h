@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors_file.h"
 #include "model/model.h"
 
 namespace pagoda::testing {
@@ -20,5 +21,31 @@ std::string Fixture(const std::string& relative);
 std::vector<float> AllLogits(Model& model, const std::vector<int32_t>& ids, DType kv_dtype = DType::kF32,
                              int64_t block_size = 16, int64_t chunk = 1 << 30,
                              const ForwardObserver* observer = nullptr, KVStorage* cache_out = nullptr);
+
+// ---- comparisons with fixtures/models/hf/*/golden.safetensors -------------------------
+// (what the golden tensors hold: ../shared/README.md)
+
+// input_ids.s as int32.
+std::vector<int32_t> GoldenIds(const SafetensorsFile& golden, const std::string& s);
+
+struct LogitErrors {
+  double topk = 0.0;  // worst |ours - golden| over the 8 golden largest logits, every position
+  double last = 0.0;  // worst over the full last-position logits
+};
+
+// Checks logits [n, vocab] of sequence s against topk_ids.s/topk_logits.s (the 8 largest at
+// every position; no other token may rise above the 8th by more than tol) and against
+// logits_last.s, each within tol (absolute). Returns the worst errors measured.
+LogitErrors CheckGoldenLogits(const std::vector<float>& logits, int64_t vocab,
+                              const SafetensorsFile& golden, const std::string& s, double tol);
+
+// Greedy decoding from input_ids.s with an f32 KV cache equals greedy.s up to the first step
+// whose golden margin (top1 - top2) is below 1e-3: from there float32 may legitimately pick
+// the other token.
+void CheckGoldenGreedy(Model& model, const SafetensorsFile& golden, const std::string& s);
+
+// AllLogits (f32 KV cache) + CheckGoldenLogits (+ CheckGoldenGreedy when check_greedy).
+LogitErrors CheckSequence(Model& model, const SafetensorsFile& golden, const std::string& s,
+                          double tol, bool check_greedy);
 
 }  // namespace pagoda::testing

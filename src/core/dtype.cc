@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/kquants.h"
 
 namespace pagoda {
 
@@ -132,6 +133,9 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
         }
       }
       return;
+    case DType::kQ4_K: DequantizeRowQ4K(src, dst, n); return;
+    case DType::kQ5_K: DequantizeRowQ5K(src, dst, n); return;
+    case DType::kQ6_K: DequantizeRowQ6K(src, dst, n); return;
     default:
       ThrowUnsupported("dequantization of " + std::string(DTypeName(t)) + " is not implemented");
   }
