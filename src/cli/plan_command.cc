@@ -2,7 +2,6 @@
 //
 //   pagoda plan --model llama-3-8b --gpu h200 --context 128K --concurrency 16 [--json]
 //   pagoda plan --compare --model deepseek-v3 --gpu h200 --num-gpus 8
-#include <cctype>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -10,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "kv/kv_cache_config.h"
 #include "plan/advisor.h"
 #include "plan/gpu_presets.h"
 #include "plan/model_source.h"
@@ -22,7 +22,7 @@ namespace {
 struct PlanFlags {
   std::string model;
   std::string gpu;
-  std::string gpu_memory;     // "80GiB", "141GB", bytes
+  std::string gpu_memory;     // "80GiB", "141GB", bytes (kv/kv_cache_config.h's sizes)
   double gpu_bandwidth = 0;   // GB/s
   double gpu_tflops = 0;      // dense bf16
   double gpu_fp8_tflops = -1; // dense fp8; -1: 2x bf16 when --gpu-tflops is given
@@ -59,31 +59,6 @@ int64_t ParseTokens(const std::string& text, const char* flag) {
   return value;
 }
 
-// "80GiB", "141GB", "512MiB", "1.5TB" or a number of bytes.
-int64_t ParseBytes(const std::string& text, const char* flag) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    ThrowInvalidArgument(std::string(flag) + ": expected a size such as 80GiB, got '" + text + "'");
-  }
-  std::string unit = text.substr(pos);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  double scale = 1;
-  if (unit == "" || unit == "b") scale = 1;
-  else if (unit == "kib") scale = 1024.0;
-  else if (unit == "mib") scale = 1024.0 * 1024;
-  else if (unit == "gib") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb") scale = 1e3;
-  else if (unit == "mb") scale = 1e6;
-  else if (unit == "gb") scale = 1e9;
-  else if (unit == "tb") scale = 1e12;
-  else ThrowInvalidArgument(std::string(flag) + ": unknown unit in '" + text + "'");
-  return static_cast<int64_t>(value * scale);
-}
-
 GpuSpec ResolveGpu(const PlanFlags& f) {
   GpuSpec g;
   if (!f.gpu.empty()) {
@@ -94,7 +69,7 @@ GpuSpec ResolveGpu(const PlanFlags& f) {
                   "give --gpu (a preset) or all of --gpu-memory, --gpu-bandwidth and --gpu-tflops");
     g.name = "custom";
   }
-  if (!f.gpu_memory.empty()) g.memory_bytes = ParseBytes(f.gpu_memory, "--gpu-memory");
+  if (!f.gpu_memory.empty()) g.memory_bytes = ParseMemorySize(f.gpu_memory, "--gpu-memory");
   if (f.gpu_bandwidth > 0) g.memory_bandwidth = f.gpu_bandwidth * 1e9;
   if (f.gpu_tflops > 0) {
     g.bf16_flops = f.gpu_tflops * 1e12;
@@ -137,7 +112,7 @@ PlanInputs BuildInputs(const PlanFlags& f) {
   in.weights = ParseWeightFormat(f.weight_dtype, in.model.weight_dtype);
   in.block_size = f.block_size;
   in.gpu_memory_utilization = f.gpu_memory_utilization;
-  if (!f.kv_cache_memory.empty()) in.kv_cache_memory_bytes = ParseBytes(f.kv_cache_memory, "--kv-cache-memory");
+  if (!f.kv_cache_memory.empty()) in.kv_cache_memory_bytes = ParseMemorySize(f.kv_cache_memory, "--kv-cache-memory");
   in.prefix_share = f.prefix_share;
   in.max_num_batched_tokens = f.max_num_batched_tokens;
   return in;

@@ -138,9 +138,10 @@ void PrefixAndSpeedNotes(const PlanInputs& in, const PlanResult& r, std::vector<
 
 Advice Advise(const PlanInputs& in, const PlanResult& r) {
   Advice a;
+  // 4-bit is never recommended on its own: it needs mixed precision and a measurement on
+  // the user's task first, so it only appears in the notes.
   std::vector<KVCacheDType> dtypes = {in.kv_dtype};
   if (IsWide(in.kv_dtype)) dtypes.push_back(KVCacheDType::kFp8E4M3);
-  if (!IsFourBitOrLess(in.kv_dtype)) dtypes.push_back(KVCacheDType::kInt4);
   std::vector<double> utils = {in.gpu_memory_utilization};
   if (in.gpu_memory_utilization < 0.95 && in.kv_cache_memory_bytes < 0) utils.push_back(0.95);
 
@@ -158,23 +159,27 @@ Advice Advise(const PlanInputs& in, const PlanResult& r) {
     }
   }
   if (!found) {
-    rec.kv_cache_dtype = IsWide(in.kv_dtype) ? KVCacheDType::kFp8E4M3 : in.kv_dtype;
+    rec.kv_cache_dtype = dtypes.back();
     rec.gpu_memory_utilization = utils.back();
     rec.max_model_len = PlanWith(in, rec.kv_cache_dtype, rec.gpu_memory_utilization).max_model_len;
   }
   rec.min_num_gpus = MinNumGpus(in, rec.kv_cache_dtype);
 
   CapacityNotes(in, r, a.notes);
-  if (!r.fits) {
-    a.notes.push_back(
-        found ? "It fits with --kv-cache-dtype " + Name(rec.kv_cache_dtype) +
-                    Fmt(" --gpu-memory-utilization %.2f.", rec.gpu_memory_utilization)
-              : "It does not fit with any KV dtype on " + std::to_string(in.num_gpus) +
-                    " GPU(s)" +
-                    (rec.min_num_gpus > 0
-                         ? "; " + std::to_string(rec.min_num_gpus) + " GPUs with " +
-                               Name(rec.kv_cache_dtype) + " would do."
-                         : "."));
+  if (!r.fits && found) {
+    a.notes.push_back("It fits with --kv-cache-dtype " + Name(rec.kv_cache_dtype) +
+                      Fmt(" --gpu-memory-utilization %.2f.", rec.gpu_memory_utilization));
+  } else if (!found) {
+    std::string note = "With " + Name(rec.kv_cache_dtype) + " KV it does not fit on " +
+                       std::to_string(in.num_gpus) + " GPU(s) either: " +
+                       (rec.min_num_gpus > 0 ? std::to_string(rec.min_num_gpus) + " GPUs would do"
+                                             : "no tensor-parallel degree up to 64 does") +
+                       ", or lower --max-model-len to " + std::to_string(rec.max_model_len) + ".";
+    if (!IsFourBitOrLess(in.kv_dtype) &&
+        PlanWith(in, KVCacheDType::kInt4, utils.back()).fits) {
+      note += " int4 KV would fit, with the caveats below.";
+    }
+    a.notes.push_back(note);
   }
   DtypeNotes(in, r, a.notes);
   PrefixAndSpeedNotes(in, r, a.notes);

@@ -26,10 +26,12 @@ struct Advice {
   std::vector<std::string> notes;  // sentences, most important first
 };
 
-// Searches, in order, the requested KV dtype then fp8_e4m3 then int4 (each only if
-// smaller than the last), at the requested gpu_memory_utilization then 0.95, and takes
-// the first that fits. When none fits, recommends fp8 with the longest max_model_len
-// that fits at the requested concurrency.
+// Searches, in order, the requested KV dtype then fp8_e4m3 (when the requested one is
+// wider), at the requested gpu_memory_utilization then 0.95, and takes the first that
+// fits. When none fits, recommends the last tried (fp8) with the longest max_model_len
+// that fits at the requested concurrency, and min_num_gpus says how many GPUs would fit
+// the whole request. 4-bit KV is never the recommendation (it must be measured on the
+// user's task first); the notes say when it would fit.
 Advice Advise(const PlanInputs& in, const PlanResult& plan);
 
 }  // namespace pagoda

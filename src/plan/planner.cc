@@ -20,6 +20,10 @@ void ValidateInputs(const PlanInputs& in) {
   positive(in.concurrency, "--concurrency");
   positive(in.context, "--context");
   positive(in.block_size, "--block-size");
+  // The engine's allocator takes powers of two up to 256 (kv/kv_cache_config.h).
+  PAGODA_ENSURE(in.block_size <= 256 && (in.block_size & (in.block_size - 1)) == 0,
+                ErrorCode::kInvalidArgument,
+                "--block-size: " << in.block_size << " is not a power of two from 1 to 256");
   positive(in.max_num_batched_tokens, "--max-num-batched-tokens");
   PAGODA_ENSURE(in.gpu.memory_bytes > 0 && in.gpu.memory_bandwidth > 0 && in.gpu.bf16_flops > 0,
                 ErrorCode::kInvalidArgument,

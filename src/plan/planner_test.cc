@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "kv/kv_cache_config.h"
 #include "model/presets.h"
 #include "plan/advisor.h"
 #include "plan/report.h"
@@ -66,6 +67,34 @@ TEST(PlannerTest, NumBlocksForGivenMemoryIsTheEngines) {
           EXPECT_EQ(Plan(in).num_blocks, engine) << model << " " << KVCacheDTypeName(t);
         }
       }
+    }
+  }
+}
+
+// The same through the engine's sizing entry point (kv/kv_cache_config.h), both with an
+// explicit --kv-cache-memory and with --gpu-memory-utilization on a device.
+TEST(PlannerTest, NumBlocksMatchesComputeKVCacheConfig) {
+  for (const char* model : {"llama-3-8b", "deepseek-v3", "mistral-7b"}) {
+    for (KVCacheDType t : {KVCacheDType::kBF16, KVCacheDType::kFp8E4M3, KVCacheDType::kNvfp4}) {
+      PlanInputs in = Inputs(model, "h200", 8192, 4);
+      if (std::string(model) == "deepseek-v3") {  // as published: fp8 weights on 8 GPUs
+        in.num_gpus = 8;
+        in.weights = ParseWeightFormat("fp8", DType::kBF16);
+      }
+      in.kv_dtype = t;
+      const PlanResult derived = Plan(in);
+      KVCacheSizingOptions o;
+      o.shape = ShardKVShape(in.model.kv_shape(), in.num_gpus);
+      o.dtype = t;
+      o.block_size = in.block_size;
+      o.max_model_len = 1;
+      o.gpu_memory_utilization = in.gpu_memory_utilization;
+      o.device_total_bytes = in.gpu.memory_bytes;
+      o.non_kv_bytes = derived.weight_bytes_per_gpu + derived.activation_reserve_bytes;
+      EXPECT_EQ(derived.num_blocks, ComputeKVCacheConfig(o).num_blocks) << model;
+      in.kv_cache_memory_bytes = 7 * kGiB + 333;
+      o.kv_cache_memory_bytes = in.kv_cache_memory_bytes;
+      EXPECT_EQ(Plan(in).num_blocks, ComputeKVCacheConfig(o).num_blocks) << model;
     }
   }
 }
@@ -139,7 +168,15 @@ TEST(PlannerTest, AdvisorFallsBackToFp8WhenBf16DoesNotFit) {
   EXPECT_TRUE(a.recommended.fits);
   EXPECT_EQ(a.recommended.kv_cache_dtype, KVCacheDType::kFp8E4M3);
   EXPECT_EQ(a.recommended.max_model_len, 131072);
+  EXPECT_EQ(a.recommended.min_num_gpus, 1);
   EXPECT_FALSE(a.notes.empty());
+  // 16 x 128K needs 132 GiB even in fp8: not on one H200; two GPUs, or a shorter context.
+  in.concurrency = 16;
+  const Advice b = Advise(in, Plan(in));
+  EXPECT_FALSE(b.recommended.fits);
+  EXPECT_EQ(b.recommended.kv_cache_dtype, KVCacheDType::kFp8E4M3);
+  EXPECT_EQ(b.recommended.min_num_gpus, 2);
+  EXPECT_LT(b.recommended.max_model_len, 131072);
 }
 
 TEST(PlannerTest, JsonHasTheIssueKeys) {
