@@ -31,6 +31,14 @@ PAGODA_AVX2_INLINE float HSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// GEMV streams W once; every row is a new 4 KiB page for llama shapes, where the
+// hardware prefetchers stop, so the tile prefetches the rows of the next tile at the
+// same offsets. Returns the byte distance, or 0 when not streaming / past the end.
+inline int64_t PrefetchBytes(const WeightMatrix& w, int64_t r0, int R, int T) {
+  if (T != 1 || r0 + 2 * R > w.rows) return 0;
+  return R * w.row_bytes;
+}
+
 // ---- float weights ----------------------------------------------------------
 
 template <DType kW>
@@ -73,9 +81,17 @@ PAGODA_AVX2 void TileFloat(const WeightMatrix& w, const float* x, int64_t r0, in
   __m256 acc[R][T];
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+  constexpr int64_t kElemBytes = kW == DType::kF32 ? 4 : 2;
+  const int64_t prefetch_bytes = PrefetchBytes(w, r0, R, T);
   for (int64_t k = 0; k < n8; k += 8) {
     __m256 wv[R];
     for (int i = 0; i < R; ++i) wv[i] = LoadW<kW>(wr[i], k);
+    if (prefetch_bytes != 0 && (k & 15) == 0) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(wr[i] + prefetch_bytes + k * kElemBytes),
+                     _MM_HINT_T0);
+      }
+    }
     for (int j = 0; j < T; ++j) {
       const __m256 xv = _mm256_loadu_ps(xt[j] + k);
       for (int i = 0; i < R; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
@@ -167,9 +183,16 @@ PAGODA_AVX2 void TileQuant(const WeightMatrix& w, const QuantizedActivations& xq
   __m256 acc[R][T];
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+  const int64_t prefetch_bytes = PrefetchBytes(w, r0, R, T);
   for (int64_t b = 0; b < nb; ++b) {
     QBlock wb[R];
     for (int i = 0; i < R; ++i) wb[i] = PrepareBlock<kW>(wr[i] + b * kBlockBytes);
+    if (prefetch_bytes != 0) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(wr[i] + b * kBlockBytes + prefetch_bytes),
+                     _MM_HINT_T0);
+      }
+    }
     for (int j = 0; j < T; ++j) {
       const int64_t t = t0 + j;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq.q_row(t) + b * 32));

@@ -38,6 +38,14 @@ PAGODA_AVX512_INLINE float HSum(__m512 v) {
   return _mm_cvtss_f32(s);
 }
 
+// GEMV streams W once; every row is a new 4 KiB page for llama shapes, where the
+// hardware prefetchers stop, so the tile prefetches the rows of the next tile at the
+// same offsets. Returns the byte distance, or 0 when not streaming / past the end.
+inline int64_t PrefetchBytes(const WeightMatrix& w, int64_t r0, int R, int T) {
+  if (T != 1 || r0 + 2 * R > w.rows) return 0;
+  return R * w.row_bytes;
+}
+
 // ---- float weights ----------------------------------------------------------
 
 // 16 weights from k, lanes past `mask` zero (mask = all ones on full steps).
@@ -78,9 +86,17 @@ PAGODA_AVX512 void TileFloat(const WeightMatrix& w, const float* x, int64_t r0, 
   __m512 acc[R][T];
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
+  constexpr int64_t kElemBytes = kW == DType::kF32 ? 4 : 2;
+  const int64_t prefetch_bytes = PrefetchBytes(w, r0, R, T);
   for (int64_t k = 0; k < n16; k += 16) {
     __m512 wv[R];
     for (int i = 0; i < R; ++i) wv[i] = LoadWFull<kW>(wr[i], k);
+    if (prefetch_bytes != 0) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(wr[i] + prefetch_bytes + k * kElemBytes),
+                     _MM_HINT_T0);
+      }
+    }
     for (int j = 0; j < T; ++j) {
       const __m512 xv = _mm512_loadu_ps(xt[j] + k);
       for (int i = 0; i < R; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
@@ -185,34 +201,40 @@ PAGODA_AVX512 void TileQuant(const WeightMatrix& w, const QuantizedActivations& 
   for (int i = 0; i < R; ++i)
     for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
   const __m512i flip = _mm512_set1_epi8(-128);
+  const int64_t prefetch_bytes = PrefetchBytes(w, r0, R, T);
   for (int64_t b = 0; b < nb; b += 2) {
     const bool two = b + 1 < nb;
     const __mmask64 qmask = two ? ~__mmask64{0} : __mmask64{0xffffffffu};
     const __mmask16 lmask = two ? __mmask16{0xffff} : __mmask16{0x00ff};
-    QPair wp[R];
-    for (int i = 0; i < R; ++i) wp[i] = PreparePair<kW>(wr[i] + b * kBlockBytes, two);
+    // Token side first (shared by the R rows), then one weight pair at a time.
+    __m512i xa[T];   // Q8_0: x codes + 128 (u8); Q4_0: x codes (s8)
+    __m512i xinit[T];
+    __m512 dxv[T];
     for (int j = 0; j < T; ++j) {
       const int64_t t = t0 + j;
       const __m512i xv = _mm512_maskz_loadu_epi8(qmask, xq.q_row(t) + b * 32);
       const float* dx = xq.d_row(t) + b;
-      const __m512 dxv =
-          _mm512_insertf32x8(_mm512_set1_ps(dx[0]), _mm256_set1_ps(two ? dx[1] : 0.0f), 1);
-      __m512i xinit;
-      __m512i xu;
+      dxv[j] = _mm512_insertf32x8(_mm512_set1_ps(dx[0]), _mm256_set1_ps(two ? dx[1] : 0.0f), 1);
       if constexpr (kW == DType::kQ4_0) {
         const __m512i off = _mm512_maskz_loadu_epi32(lmask, xq.offset_row(t) + b * 8);
-        xinit = _mm512_sub_epi32(_mm512_setzero_si512(), off);
+        xinit[j] = _mm512_sub_epi32(_mm512_setzero_si512(), off);
+        xa[j] = xv;
       } else {
-        xu = _mm512_maskz_mov_epi8(qmask, _mm512_xor_si512(xv, flip));
+        xa[j] = _mm512_maskz_mov_epi8(qmask, _mm512_xor_si512(xv, flip));
       }
-      for (int i = 0; i < R; ++i) {
+    }
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* block = wr[i] + b * kBlockBytes;
+      if (prefetch_bytes != 0) _mm_prefetch(reinterpret_cast<const char*>(block + prefetch_bytes), _MM_HINT_T0);
+      const QPair wp = PreparePair<kW>(block, two);
+      for (int j = 0; j < T; ++j) {
         __m512i sumi;
         if constexpr (kW == DType::kQ8_0) {
-          sumi = _mm512_dpbusd_epi32(wp[i].init, xu, wp[i].codes);
+          sumi = _mm512_dpbusd_epi32(wp.init, xa[j], wp.codes);
         } else {
-          sumi = _mm512_dpbusd_epi32(xinit, wp[i].codes, xv);
+          sumi = _mm512_dpbusd_epi32(xinit[j], wp.codes, xa[j]);
         }
-        const __m512 scale = _mm512_mul_ps(wp[i].d, dxv);
+        const __m512 scale = _mm512_mul_ps(wp.d, dxv[j]);
         acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), scale, acc[i][j]);
       }
     }

@@ -100,6 +100,7 @@ PAGODA_AVX512 double FmaLoopAvx512() {
   for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(0.001f * j);
   const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
   for (int64_t i = 0; i < kIters; ++i)
+#pragma GCC unroll 12
     for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
   __m512 s = a[0];
   for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
@@ -111,6 +112,7 @@ PAGODA_AVX2 double FmaLoopAvx2() {
   for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(0.001f * j);
   const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
   for (int64_t i = 0; i < kIters; ++i)
+#pragma GCC unroll 12
     for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
   __m256 s = a[0];
   for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, a[j]);
@@ -123,6 +125,7 @@ double FmaLoopScalar() {
   float a[12];
   for (int j = 0; j < 12; ++j) a[j] = 0.001f * j;
   for (int64_t i = 0; i < kIters / 8; ++i)
+#pragma GCC unroll 12
     for (int j = 0; j < 12; ++j) a[j] = a[j] * 0.999999f + 1e-7f;
   return a[0] + a[11];
 }
@@ -133,6 +136,7 @@ PAGODA_BF16 double Bf16Loop() {
   const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80);  // 1.0
   const __m512bh y = (__m512bh)_mm512_set1_epi16(0x3380);  // ~6e-8
   for (int64_t i = 0; i < kIters; ++i)
+#pragma GCC unroll 12
     for (int j = 0; j < 12; ++j) a[j] = _mm512_dpbf16_ps(a[j], x, y);
   __m512 s = a[0];
   for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
@@ -144,6 +148,7 @@ PAGODA_VNNI double VnniLoop() {
   for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_epi32(j);
   const __m512i u = _mm512_set1_epi8(3), s = _mm512_set1_epi8(-2);
   for (int64_t i = 0; i < kIters; ++i)
+#pragma GCC unroll 12
     for (int j = 0; j < 12; ++j) a[j] = _mm512_dpbusd_epi32(a[j], u, s);
   __m512i t = a[0];
   for (int j = 1; j < 12; ++j) t = _mm512_add_epi32(t, a[j]);
@@ -156,6 +161,7 @@ PAGODA_AVX2 double MaddubsLoop() {
   __m256i u = _mm256_set1_epi8(3);
   const __m256i s = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
   for (int64_t i = 0; i < kIters; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < 8; ++j) {
       __asm__ volatile("" : "+x"(u));  // an opaque operand: one product per accumulator
       a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
