@@ -93,7 +93,8 @@ void DtypeNotes(const PlanInputs& in, const PlanResult& r, std::vector<std::stri
         " per token per layer, shared by all heads. The RoPE part (k_pe) stays bf16 when the "
         "latent is quantized: it carries position, and it is small. Under tensor parallelism the "
         "latent cannot be split by heads, so each of the " + std::to_string(in.num_gpus) +
-        " GPUs holds all of it: more GPUs add room, not a smaller KV per token.");
+        " GPUs holds all of it: more GPUs add room, not a smaller KV per token (which is why MLA "
+        "deployments use data-parallel attention, each GPU caching only its own requests).");
   } else if (in.num_gpus > 1) {
     notes.push_back("Tensor parallelism over " + std::to_string(in.num_gpus) +
                     " GPUs splits the weights and the " + std::to_string(shape.num_kv_heads) +

@@ -7,9 +7,11 @@ namespace {
 
 using nlohmann::json;
 
-std::string Gib(double bytes) {
+std::string Gib(double bytes) { return FormatBytes(static_cast<int64_t>(bytes)); }
+
+std::string Params(double n) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+  std::snprintf(buf, sizeof(buf), n >= 1e9 ? "%.2f B" : "%.2f M", n >= 1e9 ? n / 1e9 : n / 1e6);
   return buf;
 }
 
@@ -102,8 +104,8 @@ void PrintPlan(std::FILE* out, const PlanInputs& in, const PlanResult& r, const 
                static_cast<long long>(in.concurrency), static_cast<long long>(in.context),
                std::string(KVCacheDTypeName(in.kv_dtype)).c_str(), in.weights.name.c_str(),
                static_cast<long long>(in.block_size));
-  row("parameters (active)", num(r.num_parameters / 1e9, "%.2f B") + " (" +
-                                 num(r.num_active_parameters / 1e9, "%.2f B") + ")");
+  row("parameters (active)", Params(static_cast<double>(r.num_parameters)) + " (" +
+                                 Params(static_cast<double>(r.num_active_parameters)) + ")");
   row("weights (per GPU)", Gib(r.weight_bytes) + " (" + Gib(r.weight_bytes_per_gpu) + ")");
   row("KV bytes per token (per GPU)", std::to_string(r.kv_bytes_per_token) + " (" +
                                           std::to_string(r.kv_bytes_per_token_per_gpu) + ")");
@@ -201,7 +203,10 @@ void PrintCompare(std::FILE* out, const PlanInputs& base) {
   std::fprintf(out, "pagoda plan --compare: %s-sized KV variants on %lld x %s (weights %s)\n",
                base.model.name.c_str(), static_cast<long long>(base.num_gpus),
                base.gpu.name.c_str(), base.weights.name.c_str());
-  std::fprintf(out, "KV total per cell; '*' = does not fit; (n) = max concurrency at that context\n\n");
+  std::fprintf(out,
+               "KV total per cell (one copy of the cache; '*' = does not fit; (n) = max "
+               "concurrency at that context).\nUnder tensor parallelism MHA/GQA heads are split "
+               "across the GPUs; the MLA latent is replicated on each.\n\n");
   std::fprintf(out, "%-8s %-9s %10s | %-20s %-20s | %-20s %-20s\n", "variant", "kv dtype",
                "B/token", "32K x 1", "32K x 16", "128K x 1", "128K x 16");
   std::string line;
