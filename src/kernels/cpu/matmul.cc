@@ -114,9 +114,17 @@ void CheckSupported(const WeightMatrix& w) {
                              std::to_string(w.cols) + " columns (needs a multiple of 32)");
       }
       return;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      if (w.cols % 256 != 0) {
+        ThrowInvalidArgument("MatMul: " + std::string(DTypeName(w.dtype)) + " weight with " +
+                             std::to_string(w.cols) + " columns (needs a multiple of 256)");
+      }
+      return;
     default:
       ThrowUnsupported("MatMul: weight dtype " + std::string(DTypeName(w.dtype)) +
-                       " has no CPU kernel (use f32, f16, bf16, q8_0 or q4_0)");
+                       " has no CPU kernel (use f32, f16, bf16, q8_0, q4_0 or a K-quant)");
   }
 }
 
@@ -135,7 +143,10 @@ void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num
   QuantizedActivations xq;
   const bool quantized = w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0;
   if (quantized) QuantizeActivations(x, num_tokens, w.cols, w.dtype == DType::kQ4_0, &xq);
-  const MatMulRowsFn rows_fn = RowsFn(level);
+  // K-quants: no fast path yet; rows are dequantized to f32 (exactly) and reduced by the
+  // portable kernel at every level.
+  const bool k_quant = DTypeBlockSize(w.dtype) == 256;
+  const MatMulRowsFn rows_fn = k_quant ? &MatMulRowsGeneric : RowsFn(level);
   const QuantizedActivations* xq_ptr = quantized ? &xq : nullptr;
   // Enough rows per thread that a split pays for waking the workers; the split
   // never changes results (each output is computed whole by one thread).

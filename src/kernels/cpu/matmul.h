@@ -9,6 +9,8 @@
 // BF16 weights are multiplied with f32 activations in f32 FMAs (weights widened
 // exactly on the fly). Q8_0 and Q4_0 weights use integer dot products with the
 // activations quantized per block of 32 to int8 (f32 scale), as llama.cpp does.
+// Q4_K/Q5_K/Q6_K weights are accepted through a slow portable path (rows dequantized
+// to f32), for correctness rather than speed.
 // Thread safety: reentrant; runs on pagoda::NumThreads() threads.
 #pragma once
 
@@ -20,8 +22,8 @@
 namespace pagoda {
 
 // x: [num_tokens, w.cols] f32, y: [num_tokens, w.rows] f32 (y must not alias x).
-// REQUIRES: w.dtype in {F32, F16, BF16, Q8_0, Q4_0} (else throws Unsupported); for Q8_0
-// and Q4_0, w.cols % 32 == 0 (else throws InvalidArgument).
+// REQUIRES: w.dtype in {F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K} (else throws
+// Unsupported); w.cols a multiple of the dtype's block size (else throws InvalidArgument).
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y);
 
 // The kernel family MatMul uses on this machine: "avx512", "avx2" or "generic".

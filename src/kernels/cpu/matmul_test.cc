@@ -220,10 +220,45 @@ TEST(MatMulDispatchTest, DefaultIsTheBestSupportedLevel) {
 TEST(MatMulDispatchTest, RejectsUnsupportedWeights) {
   std::vector<uint8_t> bytes(1024);
   std::vector<float> x(256), y(4);
-  WeightMatrix k_quant{DType::kQ4_K, bytes.data(), 1, 256, 144};
-  EXPECT_THROW(MatMul(k_quant, x.data(), 1, y.data()), Error);
+  WeightMatrix ints{DType::kI32, bytes.data(), 1, 256, 1024};
+  EXPECT_THROW(MatMul(ints, x.data(), 1, y.data()), Error);
   WeightMatrix ragged{DType::kQ8_0, bytes.data(), 1, 48, 34};
   EXPECT_THROW(MatMul(ragged, x.data(), 1, y.data()), Error);
+}
+
+// K-quants run through the portable path: random super-blocks (finite fp16 scales)
+// against the reference, and bit-exact batch invariance.
+TEST(MatMulKQuantTest, MatchesReferenceAndIsBatchInvariant) {
+  for (DType dtype : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    const int64_t rows = 5, cols = 512, num_tokens = 7;
+    const int64_t block_bytes = DTypeBlockBytes(dtype), row_bytes = DTypeRowBytes(dtype, cols);
+    std::mt19937 rng(41);
+    std::vector<uint8_t> bytes(rows * row_bytes);
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    for (int64_t blk = 0; blk < rows * cols / 256; ++blk) {
+      uint8_t* p = bytes.data() + blk * block_bytes;
+      const uint16_t d = F32ToF16(0.01f), dmin = F32ToF16(0.002f);
+      if (dtype == DType::kQ6_K) {
+        std::memcpy(p + 208, &d, 2);
+      } else {
+        std::memcpy(p, &d, 2);
+        std::memcpy(p + 2, &dmin, 2);
+      }
+    }
+    WeightMatrix w{dtype, bytes.data(), rows, cols, row_bytes};
+    std::vector<float> x = MakeInput(num_tokens, cols, 42);
+    std::vector<float> y(num_tokens * rows), one(rows);
+    std::vector<double> ref(num_tokens * rows), abs_ref(num_tokens * rows);
+    MatMul(w, x.data(), num_tokens, y.data());
+    MatMulRef(w, x.data(), num_tokens, ref.data(), abs_ref.data());
+    for (int64_t i = 0; i < num_tokens * rows; ++i) {
+      ASSERT_LE(std::fabs(y[i] - ref[i]), (cols / 8.0 + 8) * kEps * abs_ref[i]) << DTypeName(dtype);
+    }
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      MatMul(w, x.data() + t * cols, 1, one.data());
+      ASSERT_EQ(0, std::memcmp(one.data(), y.data() + t * rows, rows * sizeof(float)));
+    }
+  }
 }
 
 }  // namespace
