@@ -101,10 +101,11 @@ class KVCacheManager {
   int32_t num_blocks() const { return pool_.num_blocks(); }
   bool enable_prefix_caching() const { return config_.enable_prefix_caching; }
 
-  // Longest cached prefix of FULL blocks of a new request's prompt. At least the last
-  // prompt token is left to compute so that the step produces logits (vLLM: at most
-  // (len - 1) / block_size blocks). Empty when caching is off. Changes no reference count;
-  // counts the lookup in prefix_cache_stats() (queries: prompt tokens; hits: hit tokens).
+  // Longest cached prefix of FULL blocks of a new request's tokens (a preempted request being
+  // re-admitted passes its prompt and outputs so far). At least the last token is left to
+  // compute so that the step produces logits (vLLM: at most (len - 1) / block_size blocks).
+  // Empty when caching is off. Changes no reference count; counts the lookup in
+  // prefix_cache_stats() (queries: the tokens passed; hits: the hit tokens).
   ComputedBlocks GetComputedBlocks(std::span<const int32_t> prompt_token_ids,
                                    std::string_view extra_keys = {});
 
