@@ -1,0 +1,96 @@
+#include "kernels/cpu/mla_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/parallel.h"
+#include "kernels/cpu/vec.h"
+
+namespace pagoda {
+namespace {
+
+inline void LoadRow(const void* cache, DType t, int64_t index, int64_t d, float* out) {
+  switch (t) {
+    case DType::kF32: std::memcpy(out, static_cast<const float*>(cache) + index, d * 4); return;
+    case DType::kBF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(cache) + index;
+      for (int64_t i = 0; i < d; ++i) out[i] = Bf16ToF32(s[i]);
+      return;
+    }
+    default: {
+      const uint16_t* s = static_cast<const uint16_t*>(cache) + index;
+      for (int64_t i = 0; i < d; ++i) out[i] = F16ToF32(s[i]);
+      return;
+    }
+  }
+}
+
+struct Scratch {
+  std::vector<float> c, pe, s, acc, m, l;
+};
+
+// Heads [h0, h1) of token t.
+void AttendHeads(const MlaAttentionParams& p, int64_t t, int64_t h0, int64_t h1, Scratch& w) {
+  const int64_t r = p.kv_lora_rank, dr = p.rope_dim, heads = h1 - h0;
+  const int64_t pos = p.positions[t];
+  const int32_t* table = p.block_tables[t];
+  w.c.resize(kMlaAttentionTile * r);
+  w.pe.resize(kMlaAttentionTile * dr);
+  w.s.resize(kMlaAttentionTile);
+  w.acc.assign(heads * r, 0.0f);
+  w.m.assign(heads, -INFINITY);
+  w.l.assign(heads, 0.0f);
+
+  for (int64_t a = 0; a <= pos; a += kMlaAttentionTile) {
+    const int64_t n = std::min(a + kMlaAttentionTile, pos + 1) - a;
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t key = a + j;
+      const int64_t slot = int64_t{table[key / p.block_size]} * p.block_size + key % p.block_size;
+      LoadRow(p.latent_cache, p.kv_dtype, slot * r, r, &w.c[j * r]);
+      LoadRow(p.rope_cache, p.kv_dtype, slot * dr, dr, &w.pe[j * dr]);
+    }
+    for (int64_t g = 0; g < heads; ++g) {
+      const float* q = p.q + (t * p.num_heads + h0 + g) * p.q_stride();
+      float* s = w.s.data();
+      float tile_max = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        s[j] = (cpu::Dot(q, &w.c[j * r], r) + cpu::Dot(q + r, &w.pe[j * dr], dr)) * p.scale;
+        tile_max = std::max(tile_max, s[j]);
+      }
+      const float m_new = std::max(w.m[g], tile_max);
+      const float correction = std::exp(w.m[g] - m_new);  // exp(-inf) = 0 on the first tile
+      float* acc = &w.acc[g * r];
+      cpu::Scale(correction, acc, r);
+      float sum = 0.0f;
+      for (int64_t j = 0; j < n; ++j) {
+        const float e = std::exp(s[j] - m_new);
+        sum += e;
+        cpu::Axpy(e, &w.c[j * r], acc, r);
+      }
+      w.l[g] = w.l[g] * correction + sum;
+      w.m[g] = m_new;
+    }
+  }
+  for (int64_t g = 0; g < heads; ++g) {
+    float* o = p.out + (t * p.num_heads + h0 + g) * r;
+    const float inv = 1.0f / w.l[g];
+    for (int64_t i = 0; i < r; ++i) o[i] = w.acc[g * r + i] * inv;
+  }
+}
+
+}  // namespace
+
+void MlaAttention(const MlaAttentionParams& p) {
+  const int64_t chunks = (p.num_heads + kMlaHeadsPerItem - 1) / kMlaHeadsPerItem;
+  ParallelFor(p.num_tokens * chunks, 1, [&](int64_t begin, int64_t end) {
+    Scratch w;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t h0 = (i % chunks) * kMlaHeadsPerItem;
+      AttendHeads(p, i / chunks, h0, std::min(h0 + kMlaHeadsPerItem, p.num_heads), w);
+    }
+  });
+}
+
+}  // namespace pagoda

@@ -1,0 +1,172 @@
+// The CPU MLA attention kernel against the float64 reference over a grid of latent ranks,
+// RoPE widths, head counts, block sizes 1/16/256, odd lengths and KV dtypes; and its
+// invariance to the batch, the block size and the thread count.
+#include "kernels/cpu/mla_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "core/parallel.h"
+#include "kernels/ref/mla_attention_ref.h"
+
+namespace pagoda {
+namespace {
+
+struct Case {
+  int64_t kv_lora_rank, rope_dim, num_heads, block_size, len;
+  DType kv_dtype;
+};
+
+// One sequence of `len` tokens in scrambled blocks, with queries for its last positions.
+struct Fixture {
+  std::vector<float> q, out, ref_out;
+  std::vector<uint8_t> latent, rope;
+  std::vector<int32_t> table, positions;
+  std::vector<const int32_t*> tables;
+  MlaAttentionParams p;
+
+  Fixture(const Case& c, int64_t num_queries, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int64_t num_blocks = (c.len + c.block_size - 1) / c.block_size + 3;
+    table.resize(num_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    const int64_t slots = num_blocks * c.block_size;
+    const int64_t esize = DTypeBlockBytes(c.kv_dtype);
+    for (auto [buf, width] : {std::pair{&latent, c.kv_lora_rank}, std::pair{&rope, c.rope_dim}}) {
+      std::vector<float> row(slots * width);
+      for (float& x : row) x = normal(rng);
+      if (rng() % 2 == 0) row[rng() % row.size()] = 30.0f;  // an outlier
+      buf->resize(row.size() * esize);
+      QuantizeRow(c.kv_dtype, row.data(), buf->data(), static_cast<int64_t>(row.size()));
+    }
+    // Unit-variance queries; the scale 1/sqrt(rank + rope) keeps the scores O(1).
+    q.resize(num_queries * c.num_heads * (c.kv_lora_rank + c.rope_dim));
+    for (float& x : q) x = normal(rng);
+    out.assign(num_queries * c.num_heads * c.kv_lora_rank, 0.0f);
+    ref_out = out;
+    for (int64_t i = 0; i < num_queries; ++i) positions.push_back(static_cast<int32_t>(c.len - num_queries + i));
+    tables.assign(num_queries, table.data());
+    p.q = q.data();
+    p.out = out.data();
+    p.num_tokens = num_queries;
+    p.num_heads = c.num_heads;
+    p.kv_lora_rank = c.kv_lora_rank;
+    p.rope_dim = c.rope_dim;
+    p.latent_cache = latent.data();
+    p.rope_cache = rope.data();
+    p.kv_dtype = c.kv_dtype;
+    p.block_size = c.block_size;
+    p.positions = positions.data();
+    p.block_tables = tables.data();
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.kv_lora_rank + c.rope_dim));
+  }
+};
+
+class MlaAttentionGridTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MlaAttentionGridTest, MatchesFloat64Reference) {
+  const Case c = GetParam();
+  Fixture f(c, std::min<int64_t>(c.len, 5), 42 + c.len);
+  MlaAttention(f.p);
+  MlaAttentionParams r = f.p;
+  r.out = f.ref_out.data();
+  ref::MlaAttention(r);
+  // f32 accumulation over up to 513 keys of unit-variance values (one outlier of 30): a few
+  // ulps of the output magnitude; outputs are convex combinations of c_kv rows.
+  double worst = 0;
+  for (size_t i = 0; i < f.out.size(); ++i) {
+    worst = std::max(worst, std::fabs(double{f.out[i]} - f.ref_out[i]));
+    ASSERT_NEAR(f.out[i], f.ref_out[i], 2e-5 * 30) << i;
+  }
+  RecordProperty("max_abs_error", std::to_string(worst));
+}
+
+std::vector<Case> Grid() {
+  std::vector<Case> cases;
+  for (auto [rank, rope] : {std::pair<int64_t, int64_t>{64, 16}, {512, 64}, {96, 32}}) {
+    for (int64_t heads : {1, 4, 20}) {
+      for (int64_t bs : {1, 16, 256}) {
+        for (int64_t len : {1, 17, 97, 513}) {
+          if (rank == 512 && (len == 513 || heads == 20) && bs != 16) continue;  // keep it quick
+          cases.push_back({rank, rope, heads, bs, len, DType::kF32});
+        }
+      }
+    }
+  }
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    cases.push_back({64, 16, 4, 16, 97, t});
+    cases.push_back({512, 64, 16, 1, 33, t});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, MlaAttentionGridTest, ::testing::ValuesIn(Grid()), [](const auto& info) {
+  const Case& c = info.param;
+  return "r" + std::to_string(c.kv_lora_rank) + "_pe" + std::to_string(c.rope_dim) + "_h" +
+         std::to_string(c.num_heads) + "_bs" + std::to_string(c.block_size) + "_len" +
+         std::to_string(c.len) + "_" + std::string(DTypeName(c.kv_dtype));
+});
+
+TEST(MlaAttentionTest, BitIdenticalWhateverTheBatchAndThreads) {
+  const Case c{64, 16, 20, 16, 300, DType::kF32};  // 20 heads: two head items per token
+  Fixture all(c, 8, 7);
+  const int64_t row = c.num_heads * c.kv_lora_rank, qrow = c.num_heads * (c.kv_lora_rank + c.rope_dim);
+  SetNumThreads(2);
+  MlaAttention(all.p);
+  for (int threads : {1, 3}) {
+    SetNumThreads(threads);
+    for (int64_t t = 0; t < 8; ++t) {
+      MlaAttentionParams one = all.p;
+      std::vector<float> out(row);
+      one.num_tokens = 1;
+      one.q = all.q.data() + t * qrow;
+      one.positions = all.positions.data() + t;
+      one.block_tables = all.tables.data() + t;
+      one.out = out.data();
+      MlaAttention(one);
+      for (int64_t i = 0; i < row; ++i) ASSERT_EQ(out[i], all.out[t * row + i]) << "token " << t;
+    }
+  }
+  SetNumThreads(2);
+}
+
+TEST(MlaAttentionTest, BitIdenticalWhateverTheBlockSize) {
+  const int64_t len = 150, r = 64, dr = 16, heads = 3;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> c_kv(len * r), k_pe(len * dr), q(heads * (r + dr));
+  for (auto* v : {&c_kv, &k_pe, &q}) for (float& x : *v) x = normal(rng);
+  std::vector<float> first;
+  for (int64_t bs : {1, 16, 256}) {
+    const int64_t nb = (len + bs - 1) / bs;
+    std::vector<int32_t> table(nb);
+    std::iota(table.rbegin(), table.rend(), 0);
+    std::vector<float> lat(nb * bs * r), pe(nb * bs * dr);
+    for (int64_t p = 0; p < len; ++p) {
+      const int64_t slot = int64_t{table[p / bs]} * bs + p % bs;
+      std::copy_n(&c_kv[p * r], r, &lat[slot * r]);
+      std::copy_n(&k_pe[p * dr], dr, &pe[slot * dr]);
+    }
+    std::vector<float> out(heads * r);
+    const int32_t pos = len - 1;
+    const int32_t* tp = table.data();
+    MlaAttentionParams prm;
+    prm.q = q.data(); prm.out = out.data(); prm.num_tokens = 1; prm.num_heads = heads;
+    prm.kv_lora_rank = r; prm.rope_dim = dr; prm.latent_cache = lat.data();
+    prm.rope_cache = pe.data(); prm.block_size = bs; prm.positions = &pos;
+    prm.block_tables = &tp; prm.scale = 0.125f;
+    MlaAttention(prm);
+    if (first.empty()) first = out;
+    ASSERT_EQ(out, first) << "block size " << bs;
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
