@@ -15,10 +15,12 @@
 namespace pagoda {
 namespace {
 
-// Reads an optional token id; -1 when absent or stored as "none" (0xFFFFFFFF, -1).
+// Reads an optional token id; -1 when stored as "none" (0xFFFFFFFF, -1), the
+// llama.cpp default when absent (if it is inside the vocabulary).
 int32_t OptionalId(const GgufFile& gguf, const std::string& key, int64_t fallback,
                    size_t num_tokens) {
-  int64_t v = gguf.GetInt(key, fallback);
+  if (!gguf.Has(key)) return fallback >= 0 && fallback < static_cast<int64_t>(num_tokens) ? fallback : -1;
+  int64_t v = gguf.GetInt(key);
   if (v < 0 || v == 0xFFFFFFFFLL) return -1;
   PAGODA_ENSURE(v < static_cast<int64_t>(num_tokens), ErrorCode::kCorruptData,
                 gguf.path() << ": " << key << " = " << v << " is outside the vocabulary of "

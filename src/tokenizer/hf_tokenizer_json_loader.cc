@@ -367,6 +367,10 @@ std::unique_ptr<Tokenizer> LoadTokenizerJson(const std::string& path, const json
     ApplyTokenizerConfig(tokenizer_config, &config);
   } catch (const json::exception& e) {
     ThrowCorrupt(path + ": " + e.what());
+  } catch (const Error& e) {
+    // Errors from components (a regex that does not compile) get the file name.
+    if (std::string(e.what()).find(path) != std::string::npos) throw;
+    throw Error(e.code(), path + ": " + e.what());
   }
   return std::make_unique<BpeTokenizer>(std::move(config));
 }

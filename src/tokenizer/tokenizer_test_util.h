@@ -50,7 +50,9 @@ inline std::vector<std::string> TestStrings() {
 inline std::string WriteTemp(const std::string& name, const std::string& bytes) {
   std::filesystem::path dir = std::filesystem::temp_directory_path() / "pagoda_tokenizer_tests";
   std::filesystem::create_directories(dir);
-  std::string path = (dir / name).string();
+  std::filesystem::path full = dir / name;
+  std::filesystem::create_directories(full.parent_path());
+  std::string path = full.string();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   return path;
