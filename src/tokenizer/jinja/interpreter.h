@@ -18,10 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "tokenizer/jinja/parser.h"
 #include "tokenizer/jinja/value.h"
 
 namespace pagoda::jinja {
+
+// What raise_exception() throws: what() is exactly the template's message.
+class RaisedError : public Error {
+ public:
+  explicit RaisedError(const std::string& message) : Error(ErrorCode::kInvalidArgument, message) {}
+};
 
 struct RenderLimits {
   size_t max_output_bytes = 64u << 20;
@@ -55,6 +62,9 @@ class Interpreter {
   // Throws pagoda::Error if a string of `bytes` would exceed the output limit.
   void CheckSize(size_t bytes) const;
   [[noreturn]] void Fail(const std::string& message) const;
+  // Rethrows `e` with this template's origin:line unless it already has one
+  // (or is a RaisedError, which passes through untouched).
+  [[noreturn]] void Rethrow(const Error& e) const;
   std::time_t now() const;
 
  private:
