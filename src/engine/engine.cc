@@ -1,0 +1,223 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace pagoda {
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kNone: return "";
+  }
+  return "";
+}
+
+DType KVStorageDType(KVCacheDType t) {
+  switch (t) {
+    case KVCacheDType::kF32: return DType::kF32;
+    case KVCacheDType::kBF16: return DType::kBF16;
+    case KVCacheDType::kF16: return DType::kF16;
+    default:
+      ThrowUnsupported("--kv-cache-dtype " + std::string(KVCacheDTypeName(t)) +
+                       " is not supported by the CPU KV cache yet (use auto, f32, bf16 or fp16)");
+  }
+}
+
+namespace {
+KVCacheManagerConfig ManagerConfig(const EngineConfig& c) {
+  KVCacheManagerConfig m;
+  m.num_blocks = static_cast<int32_t>(c.kv.num_blocks);
+  m.block_size = static_cast<int32_t>(c.kv.block_size);
+  m.enable_prefix_caching = c.enable_prefix_caching;
+  m.hash_algo = c.prefix_hash_algo;
+  return m;
+}
+}  // namespace
+
+Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& config)
+    : model_(model),
+      tokenizer_(tokenizer),
+      config_(config),
+      kv_(ManagerConfig(config)),
+      cache_(model.KVShapeFor(config.kv.num_blocks, config.kv.block_size, KVStorageDType(config.kv.dtype))),
+      scheduler_(config.scheduler, kv_),
+      runner_(model, cache_, kv_) {
+  eos_ids_ = model.eos_ids();
+  if (tokenizer_ != nullptr) {
+    for (int32_t id : tokenizer_->eos_ids()) eos_ids_.push_back(id);
+  }
+}
+
+int64_t Engine::AddRequest(RequestSpec spec) {
+  const int64_t len = static_cast<int64_t>(spec.prompt.size());
+  const int64_t max_len = config_.scheduler.max_model_len;
+  PAGODA_ENSURE(len > 0, ErrorCode::kInvalidArgument, "the prompt is empty");
+  for (int32_t id : spec.prompt) {
+    PAGODA_ENSURE(id >= 0 && id < model_.spec().vocab_size, ErrorCode::kInvalidArgument,
+                  "prompt token id " << id << " is outside the vocabulary (size " << model_.spec().vocab_size << ")");
+  }
+  PAGODA_ENSURE(spec.max_tokens >= 1, ErrorCode::kInvalidArgument,
+                "max_tokens must be at least 1 (got " << spec.max_tokens << ")");
+  PAGODA_ENSURE(len + spec.max_tokens <= max_len, ErrorCode::kInvalidArgument,
+                "this model's maximum context length is " << max_len << " tokens, but " << len + spec.max_tokens
+                    << " were requested (" << len << " in the prompt, " << spec.max_tokens
+                    << " for the completion)");
+  PAGODA_ENSURE(spec.n >= 1 && spec.n <= 128, ErrorCode::kInvalidArgument, "n must be in [1, 128] (got " << spec.n << ")");
+  PAGODA_ENSURE(spec.min_tokens >= 0 && spec.min_tokens <= spec.max_tokens, ErrorCode::kInvalidArgument,
+                "min_tokens must be in [0, max_tokens] (got " << spec.min_tokens << ")");
+  spec.sampling.Validate();
+
+  auto r = std::make_unique<Request>();
+  r->id = next_id_;
+  r->group_id = next_id_;
+  next_id_ += spec.n;  // ids of the other samples, created when the prompt is computed
+  r->tokens = spec.prompt;
+  r->num_prompt_tokens = len;
+  r->sampler = std::make_unique<Sampler>(spec.sampling);
+  if (tokenizer_ != nullptr) r->stop_checker = std::make_unique<StopChecker>(*tokenizer_, spec.stop);
+  r->arrival_time = Clock::now();
+  r->spec = std::move(spec);
+  const int64_t id = r->id;
+  prompt_tokens_ += len;
+  scheduler_.AddWaiting(r.get());
+  requests_.emplace(id, std::move(r));
+  return id;
+}
+
+void Engine::Abort(int64_t request_id) {
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    Request& r = *it->second;
+    if (r.id == request_id || r.group_id == request_id) {
+      scheduler_.Remove(&r);
+      it = requests_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Engine::Finish(Request& r, FinishReason reason, RequestOutput& out) {
+  r.status = RequestStatus::kFinished;
+  r.finish_reason = reason;
+  scheduler_.Remove(&r);
+  out.finished = true;
+  out.finish_reason = reason;
+}
+
+void Engine::AppendToken(Request& r, int32_t id, const TokenLogprobs* lp, RequestOutput& out) {
+  const bool past_min = r.num_output_tokens() >= r.spec.min_tokens;
+  const bool is_eos = !r.spec.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
+  const bool is_stop_id = std::find(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), id) !=
+                          r.spec.stop_token_ids.end();
+  if (past_min && (is_eos || is_stop_id)) {
+    if (r.stop_checker) out.new_text += r.stop_checker->Flush();
+    Finish(r, FinishReason::kStop, out);
+    return;
+  }
+  r.tokens.push_back(id);
+  ++generation_tokens_;
+  if (!r.has_first_token) {
+    r.has_first_token = true;
+    r.first_token_time = Clock::now();
+  }
+  out.new_token_ids.push_back(id);
+  if (lp != nullptr) {
+    r.logprobs.push_back(*lp);
+    out.new_logprobs.push_back(*lp);
+  }
+  if (r.stop_checker) {
+    const bool check = r.num_output_tokens() > r.spec.min_tokens;
+    StopChecker::Result s = r.stop_checker->Add(id, check);
+    out.new_text += s.text;
+    if (s.stopped) {
+      Finish(r, FinishReason::kStop, out);
+      return;
+    }
+  }
+  if (r.num_output_tokens() >= r.spec.max_tokens || r.num_tokens() >= config_.scheduler.max_model_len) {
+    if (r.stop_checker) out.new_text += r.stop_checker->Flush();
+    Finish(r, FinishReason::kLength, out);
+  }
+}
+
+void Engine::ForkSamples(Request& parent, const float* logits, std::vector<RequestOutput>* outs) {
+  parent.forked = true;
+  const int64_t vocab = model_.spec().vocab_size;
+  for (int64_t i = 1; i < parent.spec.n; ++i) {
+    auto child = std::make_unique<Request>();
+    child->id = parent.id + i;
+    child->group_id = parent.id;
+    child->sample_index = i;
+    child->spec = parent.spec;
+    child->tokens = parent.tokens;
+    child->num_prompt_tokens = parent.num_prompt_tokens;
+    child->num_computed_tokens = parent.num_computed_tokens;
+    child->num_cached_tokens = parent.num_cached_tokens;
+    child->forked = true;
+    SamplingParams sp = parent.spec.sampling;
+    if (sp.seed) sp.seed = *sp.seed + static_cast<uint64_t>(i);
+    child->sampler = std::make_unique<Sampler>(sp);
+    if (tokenizer_ != nullptr) child->stop_checker = std::make_unique<StopChecker>(*tokenizer_, child->spec.stop);
+    child->arrival_time = parent.arrival_time;
+    kv_.Fork(parent.id, child->id);
+    scheduler_.AddRunning(child.get());
+    Request* c = child.get();
+    requests_.emplace(c->id, std::move(child));
+    std::vector<float> row(logits, logits + vocab);
+    PostProcess(*c, row.data(), outs);
+  }
+}
+
+void Engine::PostProcess(Request& r, const float* logits, std::vector<RequestOutput>* outs) {
+  const int64_t vocab = model_.spec().vocab_size;
+  if (r.spec.n > 1 && !r.forked) ForkSamples(r, logits, outs);
+  std::vector<float> row(logits, logits + vocab);
+  RequestOutput out;
+  out.request_id = r.id;
+  TokenLogprobs lp;
+  const bool want_lp = r.spec.sampling.logprobs >= 0;
+  const int32_t id = r.sampler->Sample(row, std::span<const int32_t>(r.tokens.data(), r.num_prompt_tokens),
+                                       std::span<const int32_t>(r.tokens.data() + r.num_prompt_tokens,
+                                                                r.num_output_tokens()),
+                                       want_lp ? &lp : nullptr);
+  AppendToken(r, id, want_lp ? &lp : nullptr, out);
+  out.num_prompt_tokens = r.num_prompt_tokens;
+  out.num_output_tokens = r.num_output_tokens();
+  out.num_cached_tokens = r.num_cached_tokens;
+  outs->push_back(std::move(out));
+}
+
+std::vector<RequestOutput> Engine::Step() {
+  std::vector<RequestOutput> outs;
+  SchedulerOutput sched = scheduler_.Schedule();
+  if (sched.scheduled.empty()) return outs;
+  ++steps_;
+  ModelRunner::StepResult step = runner_.Execute(sched);
+  for (const ScheduledRequest& s : sched.scheduled) s.request->num_computed_tokens += s.num_tokens;
+  const int64_t vocab = model_.spec().vocab_size;
+  for (size_t i = 0; i < step.sampled.size(); ++i) PostProcess(*step.sampled[i], &step.logits[i * vocab], &outs);
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    it = it->second->finished() ? requests_.erase(it) : std::next(it);
+  }
+  return outs;
+}
+
+EngineStats Engine::Stats() const {
+  EngineStats s;
+  s.num_running = scheduler_.num_running();
+  s.num_waiting = scheduler_.num_waiting();
+  s.num_preemptions = scheduler_.num_preemptions();
+  s.prompt_tokens = prompt_tokens_;
+  s.generation_tokens = generation_tokens_;
+  s.kv_usage = kv_.Usage();
+  s.prefix_cache = kv_.prefix_cache_stats();
+  s.steps = steps_;
+  return s;
+}
+
+}  // namespace pagoda

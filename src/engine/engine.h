@@ -1,0 +1,100 @@
+// Engine: the step loop of continuous batching (nano-vllm's LLMEngine):
+//   Step() = Scheduler::Schedule -> ModelRunner::Execute -> sample and post-process
+// (append tokens, stop checks, n > 1 forks, finished requests release their blocks).
+//
+// Synchronous and single-threaded: AddRequest/Abort/Step from one thread. The server
+// wraps it in AsyncEngine, which owns that thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "kv/kv_cache_config.h"
+#include "kv/kv_cache_manager.h"
+#include "model/kv_storage.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  KVCacheConfig kv;  // from ComputeKVCacheConfig: blocks, block size, dtype
+  bool enable_prefix_caching = true;
+  PrefixHashAlgo prefix_hash_algo = PrefixHashAlgo::kSha256;
+};
+
+// What one step produced for one request.
+struct RequestOutput {
+  int64_t request_id = 0;
+  std::vector<int32_t> new_token_ids;
+  std::string new_text;                     // empty without a tokenizer
+  std::vector<TokenLogprobs> new_logprobs;  // when requested
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  int64_t num_prompt_tokens = 0;
+  int64_t num_output_tokens = 0;
+  int64_t num_cached_tokens = 0;
+};
+
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int64_t num_preemptions = 0;
+  int64_t prompt_tokens = 0;      // prompt tokens of admitted requests
+  int64_t generation_tokens = 0;  // tokens generated
+  double kv_usage = 0.0;          // blocks in use / all blocks
+  PrefixCacheStats prefix_cache;
+  int64_t steps = 0;
+};
+
+class Engine {
+ public:
+  // `tokenizer` may be null (ids only: no stop strings, no text). Both must outlive it.
+  Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& config);
+
+  const EngineConfig& config() const { return config_; }
+  const Model& model() const { return model_; }
+
+  // Validates and queues a request; returns its id (for n > 1, the group's first id;
+  // the other samples get the following ids). Throws InvalidArgument naming the field.
+  int64_t AddRequest(RequestSpec spec);
+  // Finishes a request (and its group) with FinishReason::kAbort; frees its blocks.
+  void Abort(int64_t request_id);
+
+  // One step. Returns the outputs of every request that progressed or finished.
+  std::vector<RequestOutput> Step();
+  bool HasUnfinished() const { return !requests_.empty(); }
+  EngineStats Stats() const;
+
+ private:
+  void PostProcess(Request& r, const float* logits, std::vector<RequestOutput>* outs);
+  void ForkSamples(Request& parent, const float* logits, std::vector<RequestOutput>* outs);
+  void AppendToken(Request& r, int32_t id, const TokenLogprobs* lp, RequestOutput& out);
+  void Finish(Request& r, FinishReason reason, RequestOutput& out);
+
+  Model& model_;
+  const Tokenizer* tokenizer_;
+  EngineConfig config_;
+  KVCacheManager kv_;
+  KVStorage cache_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
+  std::vector<int32_t> eos_ids_;
+  std::map<int64_t, std::unique_ptr<Request>> requests_;
+  int64_t next_id_ = 1;
+  int64_t prompt_tokens_ = 0;
+  int64_t generation_tokens_ = 0;
+  int64_t steps_ = 0;
+};
+
+// KVCacheDType -> the element type of the CPU cache (f32, bf16, f16).
+DType KVStorageDType(KVCacheDType t);
+
+}  // namespace pagoda
