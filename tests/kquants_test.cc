@@ -55,7 +55,8 @@ TEST_P(KQuantTest, DequantizeRowMatchesGgufPackageBitExactly) {
   EXPECT_EQ(std::memcmp(all.data(), got.data(), all.size() * sizeof(float)), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, KQuantTest, ::testing::Values(DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
+INSTANTIATE_TEST_SUITE_P(Types, KQuantTest,
+                         ::testing::Values(DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 TEST(KQuantTest, BlockGeometryMatchesGgml) {

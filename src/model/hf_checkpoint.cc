@@ -17,8 +17,9 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
     return;
   }
   if (!FileExists(index)) {
-    ThrowNotFound(dir + ": no model.safetensors or model.safetensors.index.json (a Hugging Face "
-                        "model directory needs its safetensors weights)");
+    ThrowNotFound(dir +
+                  ": no model.safetensors or model.safetensors.index.json (a Hugging Face "
+                  "model directory needs its safetensors weights)");
   }
   index_path_ = index;
   nlohmann::json root;
@@ -31,14 +32,17 @@ HfCheckpoint::HfCheckpoint(const std::string& dir) : dir_(dir) {
     ThrowCorrupt(index + ": field 'weight_map' is missing or not an object");
   }
   for (const auto& [name, file] : root["weight_map"].items()) {
-    if (!file.is_string()) ThrowCorrupt(index + ": field 'weight_map." + name + "' is not a file name");
+    if (!file.is_string())
+      ThrowCorrupt(index + ": field 'weight_map." + name + "' is not a file name");
     const std::string shard = file.get<std::string>();
-    if (shard.empty() || shard.find('/') != std::string::npos || shard.find("..") != std::string::npos) {
+    if (shard.empty() || shard.find('/') != std::string::npos ||
+        shard.find("..") != std::string::npos) {
       ThrowCorrupt(index + ": field 'weight_map." + name + "' names '" + shard +
                    "', not a file in the model directory");
     }
     weight_map_[name] = shard;
-    if (!files_.contains(shard)) files_[shard] = std::make_shared<SafetensorsFile>(dir + "/" + shard);
+    if (!files_.contains(shard))
+      files_[shard] = std::make_shared<SafetensorsFile>(dir + "/" + shard);
   }
 }
 
@@ -57,7 +61,8 @@ const SafetensorsTensor* HfCheckpoint::Find(const std::string& name) const {
 const SafetensorsTensor& HfCheckpoint::Get(const std::string& name) const {
   const SafetensorsTensor* t = Find(name);
   if (t == nullptr) {
-    ThrowNotFound(dir_ + "/" + (index_path_.empty() ? "model.safetensors" : "model.safetensors.index.json") +
+    ThrowNotFound(dir_ + "/" +
+                  (index_path_.empty() ? "model.safetensors" : "model.safetensors.index.json") +
                   ": missing tensor '" + name + "'");
   }
   return *t;
@@ -76,11 +81,15 @@ std::vector<std::shared_ptr<const void>> HfCheckpoint::files() const {
 
 DType WeightDTypeOf(const SafetensorsTensor& t, const std::string& what) {
   switch (t.dtype) {
-    case SafetensorsDType::kF32: return DType::kF32;
-    case SafetensorsDType::kF16: return DType::kF16;
-    case SafetensorsDType::kBF16: return DType::kBF16;
+    case SafetensorsDType::kF32:
+      return DType::kF32;
+    case SafetensorsDType::kF16:
+      return DType::kF16;
+    case SafetensorsDType::kBF16:
+      return DType::kBF16;
     default:
-      ThrowUnsupported(what + ": dtype " + t.dtype_name + " is not supported (expected F32, F16 or BF16)");
+      ThrowUnsupported(what + ": dtype " + t.dtype_name +
+                       " is not supported (expected F32, F16 or BF16)");
   }
 }
 

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/mapped_file.h"
 #include "model/arch/llama.h"
+#include "model/deepseek_loader.h"
 #include "model/hf_checkpoint.h"
 #include "model/hf_config.h"
 #include "model/weight_views.h"
@@ -29,8 +30,8 @@ const SafetensorsTensor& Checked(const HfCheckpoint& c, const std::string& name,
   const SafetensorsTensor& t = c.Get(name);
   *what = c.FileOf(name) + ": tensor '" + name + "'";
   PAGODA_ENSURE(t.shape == shape, ErrorCode::kCorruptData,
-                *what << " has shape " << ShapeString(t.shape) << ", expected " << ShapeString(shape)
-                      << " (from config.json)");
+                *what << " has shape " << ShapeString(t.shape) << ", expected "
+                      << ShapeString(shape) << " (from config.json)");
   return t;
 }
 
@@ -80,11 +81,13 @@ LlamaLayerWeights LayerWeights(const HfCheckpoint& c, const ModelSpec& spec, int
 // eos_token_id as an int or a list of ints; `source` names the file in errors.
 std::vector<int32_t> EosFrom(const nlohmann::json& root, const std::string& source) {
   std::vector<int32_t> ids;
-  if (!root.is_object() || !root.contains("eos_token_id") || root["eos_token_id"].is_null()) return ids;
+  if (!root.is_object() || !root.contains("eos_token_id") || root["eos_token_id"].is_null())
+    return ids;
   const nlohmann::json& v = root["eos_token_id"];
   auto add = [&](const nlohmann::json& e) {
     if (!e.is_number_integer()) {
-      ThrowCorrupt(source + ": field 'eos_token_id' must be an integer or a list of integers (got " +
+      ThrowCorrupt(source +
+                   ": field 'eos_token_id' must be an integer or a list of integers (got " +
                    e.dump() + ")");
     }
     const int32_t id = e.get<int32_t>();
@@ -117,10 +120,13 @@ std::vector<int32_t> ReadHfEosIds(const std::string& dir) {
 
 std::unique_ptr<Model> LoadHfModel(const std::string& dir) {
   ModelSpec spec = SpecFromHfConfigFile(dir);
-  if (spec.architecture != "llama" && spec.architecture != "mistral" && spec.architecture != "qwen2") {
+  if (spec.architecture == "deepseek_v2" || spec.architecture == "deepseek_v3") {
+    return LoadDeepseekHfModel(dir, std::move(spec));
+  }
+  if (spec.architecture != "llama" && spec.architecture != "mistral" &&
+      spec.architecture != "qwen2") {
     ThrowUnsupported(dir + "/config.json: architecture '" + spec.architecture +
-                     "' is not supported from safetensors (supported: LlamaForCausalLM, "
-                     "MistralForCausalLM, Qwen2ForCausalLM)");
+                     "' is not supported from safetensors");
   }
   const HfCheckpoint c(dir);
   const int64_t dim = spec.dim;

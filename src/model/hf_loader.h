@@ -1,7 +1,8 @@
 // Hugging Face model directories: config.json + safetensors (+ generation_config.json).
 //
 // Architectures: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM (the Llama family,
-// model/arch/llama.h). Weights (F32, F16, BF16) are used in place from the memory-mapped
+// model/arch/llama.h), loaded here; DeepseekV2/V3ForCausalLM are handed to
+// LoadDeepseekHfModel (model/deepseek_loader.h). SpecFromHfConfig rejects the rest. Weights (F32, F16, BF16) are used in place from the memory-mapped
 // safetensors files; only norm weights and biases are copied (to f32). HF checkpoints
 // rotate halves in RoPE (ModelSpec::rope.interleaved = false, set by SpecFromHfConfig), so
 // q_proj/k_proj are used as stored: no permutation, unlike llama.cpp's converter.
@@ -18,7 +19,7 @@
 //
 // Errors: pagoda::Error naming the file and the tensor or field: kNotFound for a missing
 // file or tensor, kCorruptData for a wrong shape, kUnsupported for another architecture
-// (DeepSeek included) or tensor dtype.
+// or tensor dtype.
 #pragma once
 
 #include <cstdint>
