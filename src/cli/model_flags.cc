@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/parallel.h"
+#include "kv/kv_cache_config.h"
 #include "kv/kv_layout.h"
 
 namespace pagoda::cli {
@@ -43,6 +44,42 @@ DType ModelFlags::KVDType(const Model& m) const {
     default:
       ThrowUnsupported("--kv-cache-dtype " + kv_cache_dtype + " is not available on this path yet");
   }
+}
+
+void EngineFlags::Add(CLI::App* app) {
+  app->add_option("--kv-cache-memory", kv_cache_memory, "KV cache size, e.g. 512MiB or 2GiB (default: half the available RAM)");
+  app->add_option("--gpu-memory-utilization", gpu_memory_utilization,
+                  "fraction of device memory for weights, activations and KV (devices that report memory)");
+  app->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
+                "automatic prefix caching (default on)");
+  app->add_option("--prefix-caching-hash-algo", prefix_caching_hash_algo, "sha256 | xxhash")->capture_default_str();
+  app->add_option("--max-num-seqs", max_num_seqs, "most requests running at once")->capture_default_str();
+  app->add_option("--max-num-batched-tokens", max_num_batched_tokens, "token budget of one step")->capture_default_str();
+}
+
+EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, const Model& model) const {
+  EngineConfig c;
+  const KVCacheDType model_default =
+      model.spec().weight_dtype == DType::kF32 ? KVCacheDType::kF32 : KVCacheDType::kBF16;
+  KVCacheSizingOptions o;
+  o.shape = model.spec().kv_shape();
+  o.dtype = ParseKVCacheDType(flags.kv_cache_dtype, model_default);
+  KVStorageDType(o.dtype);  // throws early for formats the CPU cache does not have yet
+  o.block_size = flags.block_size;
+  o.max_model_len = flags.max_model_len > 0 ? flags.max_model_len : model.spec().max_position;
+  if (!kv_cache_memory.empty()) o.kv_cache_memory_bytes = ParseMemorySize(kv_cache_memory);
+  o.gpu_memory_utilization = gpu_memory_utilization;
+  o.non_kv_bytes = model.WeightBytesPerToken();
+  // On the CPU, never take more than the sequences the engine could run at once.
+  o.max_kv_tokens = max_num_seqs * o.max_model_len;
+  c.kv = ComputeKVCacheConfig(o);
+  PAGODA_LOG(kInfo) << FormatKVCacheConfig(c.kv);
+  c.scheduler.max_model_len = o.max_model_len;
+  c.scheduler.max_num_seqs = max_num_seqs;
+  c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
+  c.enable_prefix_caching = enable_prefix_caching;
+  c.prefix_hash_algo = ParsePrefixHashAlgo(prefix_caching_hash_algo);
+  return c;
 }
 
 std::vector<int32_t> ParseIdList(const std::string& text, const std::string& flag) {

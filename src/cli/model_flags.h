@@ -4,9 +4,11 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/dtype.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,6 +31,23 @@ struct ModelFlags {
   std::unique_ptr<Model> LoadModel() const;
   std::unique_ptr<Tokenizer> LoadTokenizer(const Model& model) const;
   DType KVDType(const Model& model) const;
+};
+
+// Flags of commands that run the continuous-batching engine (serve, bench, eval), with
+// vLLM's names: --kv-cache-memory, --gpu-memory-utilization, --enable-prefix-caching /
+// --no-enable-prefix-caching, --prefix-caching-hash-algo, --max-num-seqs,
+// --max-num-batched-tokens.
+struct EngineFlags {
+  std::string kv_cache_memory;
+  std::optional<double> gpu_memory_utilization;
+  bool enable_prefix_caching = true;
+  std::string prefix_caching_hash_algo = "sha256";
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+
+  void Add(CLI::App* app);
+  // Sizes the KV cache (logging the "KV cache: ..." line on stderr) and fills the config.
+  EngineConfig MakeConfig(const ModelFlags& flags, const Model& model) const;
 };
 
 // Parses "1,2,3" (spaces allowed) into ids; throws InvalidArgument naming `flag`.
