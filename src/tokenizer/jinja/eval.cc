@@ -100,11 +100,12 @@ Value Interpreter::EvalBinary(const Expr& expr) {
   if (op == "or") return left.Truthy() ? left : Eval(*expr.children[1]);
   Value right = Eval(*expr.children[1]);
   line_ = expr.line;
-  if (op == "~") {
-    std::string s = left.Str();
-    right.AppendStr(&s);
-    CheckSize(s.size());
-    return Value(std::move(s));
+  if (op == "~" || (op == "+" && left.is_string() && right.is_string())) {
+    // Append in place: templates build prompts as long left-leaning chains.
+    if (!left.is_string()) left = Value(left.Str());
+    right.AppendStr(&left.mutable_string());
+    CheckSize(left.as_string().size());
+    return left;
   }
   if (left.is_undefined()) Fail(left.undefined_hint());
   if (right.is_undefined()) Fail(right.undefined_hint());
