@@ -5,7 +5,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libsentencepiece-dev libxxhash-dev libssl-dev libomp-dev
-  python3 python3-venv
+  python3 python3-venv python3-jinja2
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
