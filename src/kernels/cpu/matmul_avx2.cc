@@ -68,22 +68,25 @@ inline float WeightAt(DType dtype, const uint8_t* row, int64_t k) {
   }
 }
 
-// y[t0 + j, r0 + i] for i < R, j < T over all of k.
+// y[t0 + j, r0 + i] for i < R, j < T, one pass over ks's k range (matmul_internal.h).
 template <DType kW, int R, int T>
 PAGODA_AVX2 void TileFloat(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0,
-                           float* y) {
+                           const KSlice& ks, float* y) {
   const int64_t n = w.cols;
   const int64_t n8 = n & ~int64_t{7};
+  const bool first = ks.k0 == 0, last = ks.k1 == n;
   const uint8_t* wr[R];
   const float* xt[T];
   for (int i = 0; i < R; ++i) wr[i] = w.row(r0 + i);
   for (int j = 0; j < T; ++j) xt[j] = x + (t0 + j) * n;
   __m256 acc[R][T];
   for (int i = 0; i < R; ++i)
-    for (int j = 0; j < T; ++j) acc[i][j] = _mm256_setzero_ps();
+    for (int j = 0; j < T; ++j)
+      acc[i][j] = first ? _mm256_setzero_ps() : _mm256_load_ps(ks.Slot(r0 + i, t0 + j, 8));
   constexpr int64_t kElemBytes = kW == DType::kF32 ? 4 : 2;
   const int64_t prefetch_bytes = PrefetchBytes(w, r0, R, T);
-  for (int64_t k = 0; k < n8; k += 8) {
+  const int64_t k_end = Min(ks.k1, n8);
+  for (int64_t k = ks.k0; k < k_end; k += 8) {
     __m256 wv[R];
     for (int i = 0; i < R; ++i) wv[i] = LoadW<kW>(wr[i], k);
     if (prefetch_bytes != 0 && (k & 15) == 0) {
@@ -97,7 +100,7 @@ PAGODA_AVX2 void TileFloat(const WeightMatrix& w, const float* x, int64_t r0, in
       for (int i = 0; i < R; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
     }
   }
-  if (n8 < n) {  // zero-padded last step
+  if (last && n8 < n) {  // zero-padded last step
     alignas(32) float wp[8], xp[8];
     for (int i = 0; i < R; ++i) {
       for (int l = 0; l < 8; ++l) wp[l] = n8 + l < n ? WeightAt(kW, wr[i], n8 + l) : 0.0f;
@@ -108,33 +111,55 @@ PAGODA_AVX2 void TileFloat(const WeightMatrix& w, const float* x, int64_t r0, in
       }
     }
   }
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < T; ++j) y[(t0 + j) * w.rows + r0 + i] = HSum(acc[i][j]);
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < T; ++j) {
+      if (last) {
+        y[(t0 + j) * w.rows + r0 + i] = HSum(acc[i][j]);
+      } else {
+        _mm256_store_ps(ks.Slot(r0 + i, t0 + j, 8), acc[i][j]);
+      }
+    }
+  }
 }
+
+template <DType kW, int R>
+using TileFloatFn = void (*)(const WeightMatrix&, const float*, int64_t, int64_t, const KSlice&,
+                             float*);
+template <DType kW, int R>
+constexpr TileFloatFn<kW, R> kTileFloat[6] = {&TileFloat<kW, R, 1>, &TileFloat<kW, R, 2>,
+                                              &TileFloat<kW, R, 3>, &TileFloat<kW, R, 4>,
+                                              &TileFloat<kW, R, 5>, &TileFloat<kW, R, 6>};
 
 template <DType kW>
 PAGODA_AVX2 void RowsFloat(const WeightMatrix& w, const float* x, int64_t num_tokens, int64_t r0,
                            int64_t r1, float* y) {
+  const int64_t n = w.cols;
   if (num_tokens == 1) {
+    const KSlice all{0, n};
     int64_t r = r0;
-    for (; r + 8 <= r1; r += 8) TileFloat<kW, 8, 1>(w, x, r, 0, y);
-    for (; r + 4 <= r1; r += 4) TileFloat<kW, 4, 1>(w, x, r, 0, y);
-    for (; r < r1; ++r) TileFloat<kW, 1, 1>(w, x, r, 0, y);
+    for (; r + 8 <= r1; r += 8) TileFloat<kW, 8, 1>(w, x, r, 0, all, y);
+    for (; r < r1; ++r) TileFloat<kW, 1, 1>(w, x, r, 0, all, y);
     return;
   }
+  // GEMM: rows in L2-sized blocks, tokens in chunks of kTc, k in slices of kKc so that
+  // a 6-token x panel and the block's weight slice stay in L1; accumulators persist
+  // in `state` between slices.
+  constexpr int64_t kKc = 512, kTc = 48;
   const int64_t block = RowsPerL2Block(w.row_bytes, 2);
+  AlignedFloats state(Min(block, r1 - r0) * kTc * 8);
   for (int64_t rb = r0; rb < r1; rb += block) {
     const int64_t re = Min(rb + block, r1);
-    int64_t t = 0;
-    for (; t + 6 <= num_tokens; t += 6) {
-      int64_t r = rb;
-      for (; r + 2 <= re; r += 2) TileFloat<kW, 2, 6>(w, x, r, t, y);
-      if (r < re) TileFloat<kW, 1, 6>(w, x, r, t, y);
-    }
-    for (; t < num_tokens; ++t) {  // token tail: GEMV-shaped tiles
-      int64_t r = rb;
-      for (; r + 4 <= re; r += 4) TileFloat<kW, 4, 1>(w, x, r, t, y);
-      for (; r < re; ++r) TileFloat<kW, 1, 1>(w, x, r, t, y);
+    for (int64_t tc = 0; tc < num_tokens; tc += kTc) {
+      const int64_t te = Min(tc + kTc, num_tokens);
+      for (int64_t k0 = 0; k0 < n; k0 += kKc) {
+        const KSlice ks{k0, Min(k0 + kKc, n), state.data(), rb, tc, kTc};
+        for (int64_t t = tc; t < te; t += 6) {
+          const int64_t tt = Min(6, te - t);
+          int64_t r = rb;
+          for (; r + 2 <= re; r += 2) kTileFloat<kW, 2>[tt - 1](w, x, r, t, ks, y);
+          for (; r < re; ++r) kTileFloat<kW, 1>[tt - 1](w, x, r, t, ks, y);
+        }
+      }
     }
   }
 }

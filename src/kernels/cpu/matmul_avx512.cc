@@ -76,19 +76,22 @@ PAGODA_AVX512_INLINE __m512 LoadWFull(const uint8_t* row, int64_t k) {
 
 template <DType kW, int R, int T>
 PAGODA_AVX512 void TileFloat(const WeightMatrix& w, const float* x, int64_t r0, int64_t t0,
-                             float* y) {
+                             const KSlice& ks, float* y) {
   const int64_t n = w.cols;
   const int64_t n16 = n & ~int64_t{15};
+  const bool first = ks.k0 == 0, last = ks.k1 == n;
   const uint8_t* wr[R];
   const float* xt[T];
   for (int i = 0; i < R; ++i) wr[i] = w.row(r0 + i);
   for (int j = 0; j < T; ++j) xt[j] = x + (t0 + j) * n;
   __m512 acc[R][T];
   for (int i = 0; i < R; ++i)
-    for (int j = 0; j < T; ++j) acc[i][j] = _mm512_setzero_ps();
+    for (int j = 0; j < T; ++j)
+      acc[i][j] = first ? _mm512_setzero_ps() : _mm512_load_ps(ks.Slot(r0 + i, t0 + j, 16));
   constexpr int64_t kElemBytes = kW == DType::kF32 ? 4 : 2;
   const int64_t prefetch_bytes = PrefetchBytes(w, r0, R, T);
-  for (int64_t k = 0; k < n16; k += 16) {
+  const int64_t k_end = Min(ks.k1, n16);
+  for (int64_t k = ks.k0; k < k_end; k += 16) {
     __m512 wv[R];
     for (int i = 0; i < R; ++i) wv[i] = LoadWFull<kW>(wr[i], k);
     if (prefetch_bytes != 0) {
@@ -102,7 +105,7 @@ PAGODA_AVX512 void TileFloat(const WeightMatrix& w, const float* x, int64_t r0, 
       for (int i = 0; i < R; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
     }
   }
-  if (n16 < n) {  // zero-masked last step
+  if (last && n16 < n) {  // zero-masked last step
     const __mmask16 mask = static_cast<__mmask16>((1u << (n - n16)) - 1);
     __m512 wv[R];
     for (int i = 0; i < R; ++i) wv[i] = LoadW<kW>(wr[i], n16, mask);
@@ -111,32 +114,55 @@ PAGODA_AVX512 void TileFloat(const WeightMatrix& w, const float* x, int64_t r0, 
       for (int i = 0; i < R; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
     }
   }
-  for (int i = 0; i < R; ++i)
-    for (int j = 0; j < T; ++j) y[(t0 + j) * w.rows + r0 + i] = HSum(acc[i][j]);
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < T; ++j) {
+      if (last) {
+        y[(t0 + j) * w.rows + r0 + i] = HSum(acc[i][j]);
+      } else {
+        _mm512_store_ps(ks.Slot(r0 + i, t0 + j, 16), acc[i][j]);
+      }
+    }
+  }
 }
+
+template <DType kW, int R>
+using TileFloatFn = void (*)(const WeightMatrix&, const float*, int64_t, int64_t, const KSlice&,
+                             float*);
+template <DType kW, int R>
+constexpr TileFloatFn<kW, R> kTileFloat[6] = {&TileFloat<kW, R, 1>, &TileFloat<kW, R, 2>,
+                                              &TileFloat<kW, R, 3>, &TileFloat<kW, R, 4>,
+                                              &TileFloat<kW, R, 5>, &TileFloat<kW, R, 6>};
 
 template <DType kW>
 PAGODA_AVX512 void RowsFloat(const WeightMatrix& w, const float* x, int64_t num_tokens,
                              int64_t r0, int64_t r1, float* y) {
+  const int64_t n = w.cols;
   if (num_tokens == 1) {
+    const KSlice all{0, n};
     int64_t r = r0;
-    for (; r + 8 <= r1; r += 8) TileFloat<kW, 8, 1>(w, x, r, 0, y);
-    for (; r < r1; ++r) TileFloat<kW, 1, 1>(w, x, r, 0, y);
+    for (; r + 8 <= r1; r += 8) TileFloat<kW, 8, 1>(w, x, r, 0, all, y);
+    for (; r < r1; ++r) TileFloat<kW, 1, 1>(w, x, r, 0, all, y);
     return;
   }
+  // GEMM: rows in L2-sized blocks, tokens in chunks of kTc, k in slices of kKc so that
+  // a 6-token x panel and the block's weight slice stay in L1; accumulators persist
+  // in `state` between slices (stored and reloaded exactly).
+  constexpr int64_t kKc = 1024, kTc = 48;
   const int64_t block = RowsPerL2Block(w.row_bytes, 4);
+  AlignedFloats state(Min(block, r1 - r0) * kTc * 16);
   for (int64_t rb = r0; rb < r1; rb += block) {
     const int64_t re = Min(rb + block, r1);
-    int64_t t = 0;
-    for (; t + 6 <= num_tokens; t += 6) {
-      int64_t r = rb;
-      for (; r + 4 <= re; r += 4) TileFloat<kW, 4, 6>(w, x, r, t, y);
-      for (; r < re; ++r) TileFloat<kW, 1, 6>(w, x, r, t, y);
-    }
-    for (; t < num_tokens; ++t) {
-      int64_t r = rb;
-      for (; r + 8 <= re; r += 8) TileFloat<kW, 8, 1>(w, x, r, t, y);
-      for (; r < re; ++r) TileFloat<kW, 1, 1>(w, x, r, t, y);
+    for (int64_t tc = 0; tc < num_tokens; tc += kTc) {
+      const int64_t te = Min(tc + kTc, num_tokens);
+      for (int64_t k0 = 0; k0 < n; k0 += kKc) {
+        const KSlice ks{k0, Min(k0 + kKc, n), state.data(), rb, tc, kTc};
+        for (int64_t t = tc; t < te; t += 6) {
+          const int64_t tt = Min(6, te - t);
+          int64_t r = rb;
+          for (; r + 4 <= re; r += 4) kTileFloat<kW, 4>[tt - 1](w, x, r, t, ks, y);
+          for (; r < re; ++r) kTileFloat<kW, 1>[tt - 1](w, x, r, t, ks, y);
+        }
+      }
     }
   }
 }

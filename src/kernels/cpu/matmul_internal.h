@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string_view>
 #include <vector>
 
@@ -94,5 +95,38 @@ inline int64_t RowsPerL2Block(int64_t row_bytes, int64_t multiple) {
   n = n / multiple * multiple;
   return n < multiple ? multiple : n;
 }
+
+// One pass of a register tile over the k range [k0, k1) (k0, and k1 unless k1 == cols, are
+// multiples of the vector width). Passes are chained in increasing k: the first (k0 == 0)
+// starts from zero, the last (k1 == cols) adds the partial vector and writes y, the
+// others store their accumulators (V lanes per output) in `state`, at the slot of
+// output (r, t): a [rows][t_stride] grid starting at (r_base, t_base). Storing and
+// reloading a vector is exact, so a chain of passes computes what one pass does.
+struct KSlice {
+  int64_t k0 = 0;
+  int64_t k1 = 0;
+  float* state = nullptr;  // null iff the pass covers all of k
+  int64_t r_base = 0;
+  int64_t t_base = 0;
+  int64_t t_stride = 0;
+
+  float* Slot(int64_t r, int64_t t, int lanes) const {
+    return state + ((r - r_base) * t_stride + (t - t_base)) * lanes;
+  }
+};
+
+// A 64-byte aligned scratch array of floats.
+class AlignedFloats {
+ public:
+  explicit AlignedFloats(int64_t n)
+      : data_(static_cast<float*>(std::aligned_alloc(64, ((n * 4 + 63) / 64) * 64 + 64))) {}
+  ~AlignedFloats() { std::free(data_); }
+  AlignedFloats(const AlignedFloats&) = delete;
+  AlignedFloats& operator=(const AlignedFloats&) = delete;
+  float* data() const { return data_; }
+
+ private:
+  float* data_;
+};
 
 }  // namespace pagoda::matmul_internal

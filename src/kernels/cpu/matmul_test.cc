@@ -117,6 +117,7 @@ TEST_P(MatMulTest, MatchesFloat64ReferenceOnGrid) {
   if (!IsQuantized(dtype_)) {
     cols_list.push_back(13);   // partial vector only
     cols_list.push_back(100);  // full vectors + a partial one
+    cols_list.push_back(300);  // GEMM k-slices (256) + a partial vector
   }
   uint32_t seed = 1;
   double worst_ratio = 0;  // max |y - ref| / S, for the log

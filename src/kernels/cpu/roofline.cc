@@ -41,10 +41,19 @@ bool HasAvx512() {
 }
 
 // ---- read bandwidth ----------------------------------------------------------------
+//
+// Software prefetch 2 KiB ahead, as the GEMV kernels do: the hardware prefetchers stop
+// at 4 KiB pages, and without it a single stream per core under-reports what the
+// memory system delivers. (Prefetches past the end are harmless: they never fault.)
+constexpr int64_t kPrefetchFloats = 512;
 
 PAGODA_AVX512 double SumAvx512(const float* p, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int64_t i = 0; i + 64 <= n; i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats + 16), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats + 32), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats + 48), _MM_HINT_T0);
     a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
     a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
     a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
@@ -56,6 +65,8 @@ PAGODA_AVX512 double SumAvx512(const float* p, int64_t n) {
 PAGODA_AVX2 double SumAvx2(const float* p, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int64_t i = 0; i + 32 <= n; i += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchFloats + 16), _MM_HINT_T0);
     a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
     a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
     a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
