@@ -1,5 +1,6 @@
 #include "tokenizer/spm_tokenizer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <queue>
 
@@ -95,6 +96,7 @@ SpmTokenizer::SpmTokenizer(SpmVocab vocab) : vocab_(std::move(vocab)) {
   if (vocab_.add_bos && vocab_.bos_id < 0) vocab_.add_bos = false;
 
   byte_ids_.fill(-1);
+  isolating_.fill(true);
   for (size_t i = 0; i < n; ++i) {
     const std::string& piece = vocab_.pieces[i];
     TokenType type = vocab_.types[i];
@@ -105,7 +107,14 @@ SpmTokenizer::SpmTokenizer(SpmVocab vocab) : vocab_(std::move(vocab)) {
     bool mergeable = vocab_.llama2c_mode || type == TokenType::kNormal ||
                      type == TokenType::kUserDefined || type == TokenType::kUnused ||
                      type == TokenType::kUndefined;
-    if (mergeable && !piece.empty()) mergeable_.emplace(piece, static_cast<int32_t>(i));
+    if (mergeable && !piece.empty()) {
+      mergeable_.emplace(piece, static_cast<int32_t>(i));
+      if (Utf8CharLength(piece, 0) < piece.size()) {
+        for (char c : piece) {
+          if (static_cast<uint8_t>(c) < 128) isolating_[static_cast<uint8_t>(c)] = false;
+        }
+      }
+    }
     if (type == TokenType::kUserDefined || type == TokenType::kControl) {
       // User-defined pieces are atomic in sentencepiece; control pieces only with
       // parse_special. Pieces containing "▁" are matched against the raw text.
@@ -183,12 +192,25 @@ void SpmTokenizer::AppendByteFallback(std::string_view symbol, std::vector<int32
 }
 
 void SpmTokenizer::EncodeFragment(const std::string& text, std::vector<int32_t>* out) const {
-  if (text.empty()) return;
+  size_t begin = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    auto c = static_cast<uint8_t>(text[i]);
+    if (c >= 128 || !isolating_[c]) continue;
+    EncodeRun(text, begin, i, out);
+    EncodeRun(text, i, i + 1, out);
+    begin = i + 1;
+  }
+  EncodeRun(text, begin, text.size(), out);
+}
+
+void SpmTokenizer::EncodeRun(const std::string& text, size_t begin, size_t end,
+                             std::vector<int32_t>* out) const {
+  if (begin >= end) return;
   std::vector<Symbol> symbols;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t len = Utf8CharLength(text, pos);
+  for (size_t pos = begin; pos < end;) {
+    size_t len = std::min(Utf8SequenceLength(static_cast<uint8_t>(text[pos])), end - pos);
     int idx = static_cast<int>(symbols.size());
-    symbols.push_back({idx - 1, pos + len < text.size() ? idx + 1 : -1, pos, len});
+    symbols.push_back({idx - 1, pos + len < end ? idx + 1 : -1, pos, len});
     pos += len;
   }
   std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> agenda;
