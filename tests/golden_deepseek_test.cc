@@ -13,6 +13,7 @@
 #include "io/safetensors_file.h"
 #include "kv/kv_layout.h"
 #include "model/arch/deepseek.h"
+#include "model/arch/moe.h"
 #include "model/deepseek_loader.h"
 #include "model/hf_config.h"
 #include "model/presets.h"
@@ -170,6 +171,84 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DeepseekGoldenTest,
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
+
+// ---- routing and scale, on hand-made numbers ---------------------------------------------
+
+MoeSpec Routing(const char* scoring, const char* method, int64_t experts, int64_t k, int64_t groups,
+                int64_t topk_group, bool norm, double scale) {
+  MoeSpec m;
+  m.num_experts = experts;
+  m.num_experts_per_tok = k;
+  m.n_group = groups;
+  m.topk_group = topk_group;
+  m.norm_topk_prob = norm;
+  m.routed_scaling_factor = scale;
+  m.scoring_func = scoring;
+  m.topk_method = method;
+  return m;
+}
+
+TEST(DeepseekRoutingTest, V2SoftmaxGreedyTakesTheTopScoresTimesTheScalingFactor) {
+  const float logits[4] = {0.0f, 2.0f, 1.0f, -1.0f};
+  int32_t ids[2];
+  float w[2];
+  RouteTokens(Routing("softmax", "greedy", 4, 2, 1, 1, false, 16.0), {}, logits, 1, ids, w);
+  const double z = std::exp(0.0) + std::exp(2.0) + std::exp(1.0) + std::exp(-1.0);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 2);
+  EXPECT_NEAR(w[0], 16.0 * std::exp(2.0) / z, 1e-5);
+  EXPECT_NEAR(w[1], 16.0 * std::exp(1.0) / z, 1e-5);
+  // norm_topk_prob (top_k > 1): normalized, and not scaled (DeepSeek-V2's reference code).
+  RouteTokens(Routing("softmax", "greedy", 4, 2, 1, 1, true, 16.0), {}, logits, 1, ids, w);
+  EXPECT_NEAR(w[0] + w[1], 1.0, 1e-6);
+  EXPECT_NEAR(w[0], std::exp(2.0) / (std::exp(2.0) + std::exp(1.0)), 1e-6);
+}
+
+TEST(DeepseekRoutingTest, V2GroupLimitedGreedyOnlyPicksFromTheBestGroups) {
+  // Groups {0,1}, {2,3}, {4,5}; group maxima 3.0, 2.9, 0: with topk_group 1 only group 0 competes,
+  // so expert 2 (second best overall) loses to expert 0.
+  const float logits[6] = {1.0f, 3.0f, 2.9f, 2.8f, 0.0f, 0.0f};
+  int32_t ids[2];
+  float w[2];
+  RouteTokens(Routing("softmax", "group_limited_greedy", 6, 2, 3, 1, false, 1.0), {}, logits, 1, ids, w);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 0);
+  RouteTokens(Routing("softmax", "group_limited_greedy", 6, 2, 3, 2, false, 1.0), {}, logits, 1, ids, w);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 2);
+}
+
+TEST(DeepseekRoutingTest, V3BiasSelectsButSigmoidScoresWeigh) {
+  // 4 experts in 2 groups. The bias lifts expert 3 above expert 0 for selection; groups are
+  // ranked by the sum of their two best biased scores.
+  const float logits[4] = {2.0f, 1.0f, -1.0f, 0.5f};
+  const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 1.0f};
+  auto sig = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  int32_t ids[2];
+  float w[2];
+  RouteTokens(Routing("sigmoid", "noaux_tc", 4, 2, 2, 2, true, 2.5), bias, logits, 1, ids, w);
+  EXPECT_EQ(ids[0], 3);  // sig(0.5) + 1 > sig(2)
+  EXPECT_EQ(ids[1], 0);
+  const double sum = sig(0.5) + sig(2.0);
+  EXPECT_NEAR(w[0], 2.5 * sig(0.5) / sum, 1e-6);
+  EXPECT_NEAR(w[1], 2.5 * sig(2.0) / sum, 1e-6);
+  // topk_group 1: group {0,1} scores sig(2)+sig(1) = 1.61, group {2,3} sig(-1)+sig(.5)+1 = 1.89.
+  RouteTokens(Routing("sigmoid", "noaux_tc", 4, 2, 2, 1, false, 1.0), bias, logits, 1, ids, w);
+  EXPECT_EQ(ids[0], 3);
+  EXPECT_EQ(ids[1], 2);
+  EXPECT_NEAR(w[0], sig(0.5), 1e-6);  // not normalized, scaled by 1
+  EXPECT_NEAR(w[1], sig(-1.0), 1e-6);
+}
+
+TEST(DeepseekScaleTest, YarnCorrectsTheSoftmaxScaleWithMscaleAllDim) {
+  // DeepSeek-V2-Lite: qk head dim 128 + 64, YaRN factor 40, mscale_all_dim 0.707.
+  const ModelSpec lite = GetPreset("deepseek-v2-lite");
+  const double mscale = 0.1 * 0.707 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(MlaSoftmaxScale(lite), mscale * mscale / std::sqrt(192.0), 1e-9);
+  ModelSpec plain = lite;
+  plain.rope.scaling = RopeScaling::kNone;
+  EXPECT_NEAR(MlaSoftmaxScale(plain), 1.0 / std::sqrt(192.0), 1e-12);
+}
 
 // The table in docs/mla.md: KV bytes per token and per sequence, from KVBytesPerToken.
 TEST(KVBytesTable, FixturesAndPublishedConfigurations) {

@@ -26,18 +26,22 @@ void ScatterColumns(const float* src, int64_t n, int64_t stride, int64_t col0, i
 
 }  // namespace
 
+double MlaSoftmaxScale(const ModelSpec& spec) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim));
+  if (spec.rope.scaling == RopeScaling::kYarn && spec.rope.mscale_all_dim > 0.0) {
+    const double mscale = YarnMscale(spec.rope.factor, spec.rope.mscale_all_dim);
+    scale *= mscale * mscale;
+  }
+  return scale;
+}
+
 DeepseekModel::DeepseekModel(ModelSpec spec, DeepseekWeights weights, std::vector<int32_t> eos_ids)
     : spec_(std::move(spec)), w_(std::move(weights)), eos_ids_(std::move(eos_ids)) {
   spec_.Validate();
   PAGODA_ENSURE(spec_.is_mla(), ErrorCode::kInvalidArgument, spec_.name << ": DeepseekModel needs MLA");
   const MlaSpec& m = spec_.mla;
   rope_ = MakeRopeParams(spec_.rope);
-  double scale = 1.0 / std::sqrt(static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim));
-  if (spec_.rope.scaling == RopeScaling::kYarn && spec_.rope.mscale_all_dim > 0.0) {
-    const double mscale = YarnMscale(spec_.rope.factor, spec_.rope.mscale_all_dim);
-    scale *= mscale * mscale;
-  }
-  softmax_scale_ = static_cast<float>(scale);
+  softmax_scale_ = static_cast<float>(MlaSoftmaxScale(spec_));
 
   // W_UK[h] is rows [h*(d_n+d_v), h*(d_n+d_v)+d_n) of kv_b_proj, [d_n, r]; the absorbed query
   // needs its transpose [r, d_n] as a MatMul weight. An exact copy in the same dtype.

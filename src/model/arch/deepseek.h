@@ -38,6 +38,10 @@
 
 namespace pagoda {
 
+// 1/sqrt(qk_nope_head_dim + qk_rope_head_dim), times YarnMscale(factor, mscale_all_dim)^2
+// under YaRN with mscale_all_dim > 0 (DeepSeek's softmax_scale; transformers' `scaling`).
+double MlaSoftmaxScale(const ModelSpec& spec);
+
 struct DeepseekLayerWeights {
   std::vector<float> attn_norm, ffn_norm;  // [dim]
   // Queries: wq [H*(d_n+d_r), dim] without q LoRA; else wq_a [q_lora_rank, dim],
