@@ -48,8 +48,8 @@ TEST_P(DeepseekGoldenTest, LogitsAndGreedyMatchTransformers) {
   SafetensorsFile golden(Dir(c.name) + "/golden.safetensors");
   for (const char* s : {"a", "b"}) {
     const auto e = testing::CheckSequence(*model, golden, s, c.tolerance, /*check_greedy=*/true);
-    std::printf("%s sequence %s: max |logit error| top-8 %.3g, last position %.3g\n", c.name.c_str(), s,
-                e.topk, e.last);
+    std::printf("%s sequence %s: max |logit error| top-8 %.3g, last position %.3g\n",
+                c.name.c_str(), s, e.topk, e.last);
   }
 }
 
@@ -69,7 +69,8 @@ TEST_P(DeepseekGoldenTest, HiddenStatesMatchPerLayer) {
       const auto want = golden.ReadF32("hidden." + std::string(s) + "." + std::to_string(l));
       ASSERT_EQ(hidden[l].size(), want.size()) << "layer " << l;
       double worst = 0;
-      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(double{hidden[l][i]} - want[i]));
+      for (size_t i = 0; i < want.size(); ++i)
+        worst = std::max(worst, std::fabs(double{hidden[l][i]} - want[i]));
       EXPECT_LE(worst, c.tolerance) << "sequence " << s << " hidden state " << l;
       std::printf("%s sequence %s hidden %lld: max error %.3g\n", c.name.c_str(), s,
                   static_cast<long long>(l), worst);
@@ -103,7 +104,8 @@ TEST_P(DeepseekGoldenTest, LatentCacheHoldsCkvAndRotatedKpe) {
       const int64_t slot = (nb - 1 - p / bs) * bs + p % bs;  // AllLogits' reversed table
       cache.ReadSlot(l, /*value=*/false, slot, got_c.data());
       cache.ReadSlot(l, /*value=*/true, slot, got_pe.data());
-      for (int64_t i = 0; i < r; ++i) worst_c = std::max(worst_c, std::fabs(double{got_c[i]} - want_c[p * r + i]));
+      for (int64_t i = 0; i < r; ++i)
+        worst_c = std::max(worst_c, std::fabs(double{got_c[i]} - want_c[p * r + i]));
       for (int64_t i = 0; i < dr; ++i) {
         const int64_t j = deinterleaved ? (i < half ? 2 * i : 2 * (i - half) + 1) : i;
         worst_pe = std::max(worst_pe, std::fabs(double{got_pe[j]} - want_pe[p * dr + i]));
@@ -142,7 +144,8 @@ TEST_P(DeepseekGoldenTest, Bf16LatentCacheStaysClose) {
   const auto f32 = testing::AllLogits(*model, ids, DType::kF32, 16);
   const auto bf16 = testing::AllLogits(*model, ids, DType::kBF16, 16);
   double worst = 0;
-  for (size_t i = 0; i < f32.size(); ++i) worst = std::max(worst, std::fabs(double{f32[i]} - bf16[i]));
+  for (size_t i = 0; i < f32.size(); ++i)
+    worst = std::max(worst, std::fabs(double{f32[i]} - bf16[i]));
   std::printf("%s: bf16 vs f32 latent cache, max logit difference %.3g\n", c.name.c_str(), worst);
   // bf16 keeps 8 bits of mantissa: a relative error of 2^-9 on each cached value.
   EXPECT_LE(worst, 0.1);
@@ -154,8 +157,8 @@ TEST_P(DeepseekGoldenTest, EngineBytesPerTokenEqualTheFormula) {
   const KVShape shape = model->spec().kv_shape();
   EXPECT_TRUE(shape.mla);
   const int64_t nb = 10, bs = 16;
-  for (auto [dtype, kv_dtype] : {std::pair{DType::kF32, KVCacheDType::kF32},
-                                 std::pair{DType::kBF16, KVCacheDType::kBF16}}) {
+  for (auto [dtype, kv_dtype] :
+       {std::pair{DType::kF32, KVCacheDType::kF32}, std::pair{DType::kBF16, KVCacheDType::kBF16}}) {
     KVStorage cache(model->KVShapeFor(nb, bs, dtype));
     EXPECT_EQ(cache.bytes() / (nb * bs), KVBytesPerToken(shape, kv_dtype)) << DTypeName(dtype);
   }
@@ -210,10 +213,12 @@ TEST(DeepseekRoutingTest, V2GroupLimitedGreedyOnlyPicksFromTheBestGroups) {
   const float logits[6] = {1.0f, 3.0f, 2.9f, 2.8f, 0.0f, 0.0f};
   int32_t ids[2];
   float w[2];
-  RouteTokens(Routing("softmax", "group_limited_greedy", 6, 2, 3, 1, false, 1.0), {}, logits, 1, ids, w);
+  RouteTokens(Routing("softmax", "group_limited_greedy", 6, 2, 3, 1, false, 1.0), {}, logits, 1,
+              ids, w);
   EXPECT_EQ(ids[0], 1);
   EXPECT_EQ(ids[1], 0);
-  RouteTokens(Routing("softmax", "group_limited_greedy", 6, 2, 3, 2, false, 1.0), {}, logits, 1, ids, w);
+  RouteTokens(Routing("softmax", "group_limited_greedy", 6, 2, 3, 2, false, 1.0), {}, logits, 1,
+              ids, w);
   EXPECT_EQ(ids[0], 1);
   EXPECT_EQ(ids[1], 2);
 }
@@ -257,20 +262,23 @@ TEST(KVBytesTable, FixturesAndPublishedConfigurations) {
     ModelSpec spec;
   };
   std::vector<Row> rows;
-  for (const char* f : {"llama-mha", "llama-gqa", "llama-mqa", "deepseek-v2-mla", "deepseek-v3-moe"}) {
+  for (const char* f :
+       {"llama-mha", "llama-gqa", "llama-mqa", "deepseek-v2-mla", "deepseek-v3-moe"}) {
     rows.push_back({f, SpecFromHfConfigFile(Dir(f))});
   }
   for (const char* p : {"llama-3-8b", "llama-3-70b", "deepseek-v2-lite", "deepseek-v3"}) {
     rows.push_back({p, GetPreset(p)});
   }
-  std::printf("| model | attention | layers | cached values per token per layer | bf16 bytes/token | "
-              "bf16 @ 32K | bf16 @ 128K | fp8 (k_pe bf16) bytes/token | fp8 @ 128K |\n");
+  std::printf(
+      "| model | attention | layers | cached values per token per layer | bf16 bytes/token | "
+      "bf16 @ 32K | bf16 @ 128K | fp8 (k_pe bf16) bytes/token | fp8 @ 128K |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const Row& row : rows) {
     const KVShape s = row.spec.kv_shape();
     const int64_t bf16 = KVBytesPerToken(s, KVCacheDType::kBF16);
     const int64_t fp8 = KVBytesPerToken(s, KVCacheDType::kFp8E4M3);
-    const int64_t values = s.mla ? s.head_dim_k + s.rope_dim : s.num_kv_heads * (s.head_dim_k + s.head_dim_v);
+    const int64_t values =
+        s.mla ? s.head_dim_k + s.rope_dim : s.num_kv_heads * (s.head_dim_k + s.head_dim_v);
     std::printf("| %s | %s | %lld | %lld | %lld | %s | %s | %lld | %s |\n", row.name.c_str(),
                 AttentionKindName(row.spec.attention_kind()), static_cast<long long>(s.num_layers),
                 static_cast<long long>(values), static_cast<long long>(bf16),

@@ -3,9 +3,9 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/arch/deepseek.h"
 #include "model/hf_checkpoint.h"
 #include "model/hf_loader.h"
-#include "model/arch/deepseek.h"
 #include "model/weight_views.h"
 
 namespace pagoda {
@@ -18,8 +18,10 @@ class Reader {
   WeightMatrix Matrix(const std::string& name, int64_t rows, int64_t cols) const {
     const SafetensorsTensor& t = c_.Get(name);
     const std::string what = c_.FileOf(name) + ": tensor '" + name + "'";
-    PAGODA_ENSURE(t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols, ErrorCode::kCorruptData,
-                  what << " has shape " << ShapeString(t.shape) << ", expected [" << rows << ", " << cols << "]");
+    PAGODA_ENSURE(t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols,
+                  ErrorCode::kCorruptData,
+                  what << " has shape " << ShapeString(t.shape) << ", expected [" << rows << ", "
+                       << cols << "]");
     return MakeWeightView(WeightDTypeOf(t, what), t.data, t.num_elements, rows, cols, what);
   }
 
@@ -82,7 +84,8 @@ std::unique_ptr<Model> LoadDeepseekHfModel(const std::string& dir, ModelSpec spe
     }
     L.wkv_a = rd.Matrix(a + ".kv_a_proj_with_mqa.weight", m.kv_lora_rank + m.qk_rope_head_dim, dim);
     L.kv_a_norm = rd.Vector(a + ".kv_a_layernorm.weight", m.kv_lora_rank);
-    L.wkv_b = rd.Matrix(a + ".kv_b_proj.weight", heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank);
+    L.wkv_b = rd.Matrix(a + ".kv_b_proj.weight", heads * (m.qk_nope_head_dim + m.v_head_dim),
+                        m.kv_lora_rank);
     L.wo = rd.Matrix(a + ".o_proj.weight", dim, heads * m.v_head_dim);
     const MoeSpec& e = spec.moe;
     if (e.num_experts > 0 && l >= e.first_k_dense_replace) {
@@ -95,10 +98,12 @@ std::unique_ptr<Model> LoadDeepseekHfModel(const std::string& dir, ModelSpec spe
                       dir << ": tensor '" << bias << "' not found (topk_method noaux_tc needs it)");
       }
       for (int64_t k = 0; k < e.num_experts; ++k) {
-        L.moe.experts.push_back(rd.Mlp(p + ".mlp.experts." + std::to_string(k), dim, e.expert_ffn_dim));
+        L.moe.experts.push_back(
+            rd.Mlp(p + ".mlp.experts." + std::to_string(k), dim, e.expert_ffn_dim));
       }
       if (e.num_shared_experts > 0) {
-        L.moe.shared = rd.Mlp(p + ".mlp.shared_experts", dim, e.expert_ffn_dim * e.num_shared_experts);
+        L.moe.shared =
+            rd.Mlp(p + ".mlp.shared_experts", dim, e.expert_ffn_dim * e.num_shared_experts);
       }
     } else {
       L.mlp = rd.Mlp(p + ".mlp", dim, spec.ffn_dim);

@@ -13,7 +13,9 @@ namespace {
 
 inline void LoadRow(const void* cache, DType t, int64_t index, int64_t d, float* out) {
   switch (t) {
-    case DType::kF32: std::memcpy(out, static_cast<const float*>(cache) + index, d * 4); return;
+    case DType::kF32:
+      std::memcpy(out, static_cast<const float*>(cache) + index, d * 4);
+      return;
     case DType::kBF16: {
       const uint16_t* s = static_cast<const uint16_t*>(cache) + index;
       for (int64_t i = 0; i < d; ++i) out[i] = Bf16ToF32(s[i]);

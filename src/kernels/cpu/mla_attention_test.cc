@@ -51,7 +51,8 @@ struct Fixture {
     for (float& x : q) x = normal(rng);
     out.assign(num_queries * c.num_heads * c.kv_lora_rank, 0.0f);
     ref_out = out;
-    for (int64_t i = 0; i < num_queries; ++i) positions.push_back(static_cast<int32_t>(c.len - num_queries + i));
+    for (int64_t i = 0; i < num_queries; ++i)
+      positions.push_back(static_cast<int32_t>(c.len - num_queries + i));
     tables.assign(num_queries, table.data());
     p.q = q.data();
     p.out = out.data();
@@ -107,17 +108,20 @@ std::vector<Case> Grid() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Grid, MlaAttentionGridTest, ::testing::ValuesIn(Grid()), [](const auto& info) {
-  const Case& c = info.param;
-  return "r" + std::to_string(c.kv_lora_rank) + "_pe" + std::to_string(c.rope_dim) + "_h" +
-         std::to_string(c.num_heads) + "_bs" + std::to_string(c.block_size) + "_len" +
-         std::to_string(c.len) + "_" + std::string(DTypeName(c.kv_dtype));
-});
+INSTANTIATE_TEST_SUITE_P(Grid, MlaAttentionGridTest, ::testing::ValuesIn(Grid()),
+                         [](const auto& info) {
+                           const Case& c = info.param;
+                           return "r" + std::to_string(c.kv_lora_rank) + "_pe" +
+                                  std::to_string(c.rope_dim) + "_h" + std::to_string(c.num_heads) +
+                                  "_bs" + std::to_string(c.block_size) + "_len" +
+                                  std::to_string(c.len) + "_" + std::string(DTypeName(c.kv_dtype));
+                         });
 
 TEST(MlaAttentionTest, BitIdenticalWhateverTheBatchAndThreads) {
   const Case c{64, 16, 20, 16, 300, DType::kF32};  // 20 heads: two head items per token
   Fixture all(c, 8, 7);
-  const int64_t row = c.num_heads * c.kv_lora_rank, qrow = c.num_heads * (c.kv_lora_rank + c.rope_dim);
+  const int64_t row = c.num_heads * c.kv_lora_rank,
+                qrow = c.num_heads * (c.kv_lora_rank + c.rope_dim);
   SetNumThreads(2);
   MlaAttention(all.p);
   for (int threads : {1, 3}) {
@@ -142,7 +146,8 @@ TEST(MlaAttentionTest, BitIdenticalWhateverTheBlockSize) {
   std::mt19937_64 rng(3);
   std::normal_distribution<float> normal;
   std::vector<float> c_kv(len * r), k_pe(len * dr), q(heads * (r + dr));
-  for (auto* v : {&c_kv, &k_pe, &q}) for (float& x : *v) x = normal(rng);
+  for (auto* v : {&c_kv, &k_pe, &q})
+    for (float& x : *v) x = normal(rng);
   std::vector<float> first;
   for (int64_t bs : {1, 16, 256}) {
     const int64_t nb = (len + bs - 1) / bs;
@@ -158,10 +163,18 @@ TEST(MlaAttentionTest, BitIdenticalWhateverTheBlockSize) {
     const int32_t pos = len - 1;
     const int32_t* tp = table.data();
     MlaAttentionParams prm;
-    prm.q = q.data(); prm.out = out.data(); prm.num_tokens = 1; prm.num_heads = heads;
-    prm.kv_lora_rank = r; prm.rope_dim = dr; prm.latent_cache = lat.data();
-    prm.rope_cache = pe.data(); prm.block_size = bs; prm.positions = &pos;
-    prm.block_tables = &tp; prm.scale = 0.125f;
+    prm.q = q.data();
+    prm.out = out.data();
+    prm.num_tokens = 1;
+    prm.num_heads = heads;
+    prm.kv_lora_rank = r;
+    prm.rope_dim = dr;
+    prm.latent_cache = lat.data();
+    prm.rope_cache = pe.data();
+    prm.block_size = bs;
+    prm.positions = &pos;
+    prm.block_tables = &tp;
+    prm.scale = 0.125f;
     MlaAttention(prm);
     if (first.empty()) first = out;
     ASSERT_EQ(out, first) << "block size " << bs;

@@ -9,10 +9,14 @@ namespace {
 
 double Load(const void* base, DType t, int64_t index) {
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(base)[index];
-    case DType::kBF16: return Bf16ToF32(static_cast<const uint16_t*>(base)[index]);
-    case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(base)[index]);
-    default: return NAN;
+    case DType::kF32:
+      return static_cast<const float*>(base)[index];
+    case DType::kBF16:
+      return Bf16ToF32(static_cast<const uint16_t*>(base)[index]);
+    case DType::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(base)[index]);
+    default:
+      return NAN;
   }
 }
 
@@ -32,8 +36,10 @@ void MlaAttention(const MlaAttentionParams& p) {
       double m = -INFINITY;
       for (int64_t j = 0; j <= pos; ++j) {
         double dot = 0;
-        for (int64_t i = 0; i < r; ++i) dot += double{q[i]} * Load(p.latent_cache, p.kv_dtype, slots[j] * r + i);
-        for (int64_t i = 0; i < dr; ++i) dot += double{q[r + i]} * Load(p.rope_cache, p.kv_dtype, slots[j] * dr + i);
+        for (int64_t i = 0; i < r; ++i)
+          dot += double{q[i]} * Load(p.latent_cache, p.kv_dtype, slots[j] * r + i);
+        for (int64_t i = 0; i < dr; ++i)
+          dot += double{q[r + i]} * Load(p.rope_cache, p.kv_dtype, slots[j] * dr + i);
         s[j] = dot * p.scale;
         m = std::max(m, s[j]);
       }
@@ -41,7 +47,8 @@ void MlaAttention(const MlaAttentionParams& p) {
       for (double& x : s) l += (x = std::exp(x - m));
       std::vector<double> acc(r, 0.0);
       for (int64_t j = 0; j <= pos; ++j) {
-        for (int64_t i = 0; i < r; ++i) acc[i] += s[j] * Load(p.latent_cache, p.kv_dtype, slots[j] * r + i);
+        for (int64_t i = 0; i < r; ++i)
+          acc[i] += s[j] * Load(p.latent_cache, p.kv_dtype, slots[j] * r + i);
       }
       float* o = p.out + (t * p.num_heads + h) * r;
       for (int64_t i = 0; i < r; ++i) o[i] = static_cast<float>(acc[i] / l);

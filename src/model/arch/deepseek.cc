@@ -16,18 +16,21 @@ namespace pagoda {
 namespace {
 
 // Copies columns [col0, col0 + width) of rows [n, stride] into dst [n, width].
-void GatherColumns(const float* src, int64_t n, int64_t stride, int64_t col0, int64_t width, float* dst) {
+void GatherColumns(const float* src, int64_t n, int64_t stride, int64_t col0, int64_t width,
+                   float* dst) {
   for (int64_t t = 0; t < n; ++t) std::copy_n(src + t * stride + col0, width, dst + t * width);
 }
 
-void ScatterColumns(const float* src, int64_t n, int64_t stride, int64_t col0, int64_t width, float* dst) {
+void ScatterColumns(const float* src, int64_t n, int64_t stride, int64_t col0, int64_t width,
+                    float* dst) {
   for (int64_t t = 0; t < n; ++t) std::copy_n(src + t * width, width, dst + t * stride + col0);
 }
 
 }  // namespace
 
 double MlaSoftmaxScale(const ModelSpec& spec) {
-  double scale = 1.0 / std::sqrt(static_cast<double>(spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim));
+  double scale =
+      1.0 / std::sqrt(static_cast<double>(spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim));
   if (spec.rope.scaling == RopeScaling::kYarn && spec.rope.mscale_all_dim > 0.0) {
     const double mscale = YarnMscale(spec.rope.factor, spec.rope.mscale_all_dim);
     scale *= mscale * mscale;
@@ -38,14 +41,16 @@ double MlaSoftmaxScale(const ModelSpec& spec) {
 DeepseekModel::DeepseekModel(ModelSpec spec, DeepseekWeights weights, std::vector<int32_t> eos_ids)
     : spec_(std::move(spec)), w_(std::move(weights)), eos_ids_(std::move(eos_ids)) {
   spec_.Validate();
-  PAGODA_ENSURE(spec_.is_mla(), ErrorCode::kInvalidArgument, spec_.name << ": DeepseekModel needs MLA");
+  PAGODA_ENSURE(spec_.is_mla(), ErrorCode::kInvalidArgument,
+                spec_.name << ": DeepseekModel needs MLA");
   const MlaSpec& m = spec_.mla;
   rope_ = MakeRopeParams(spec_.rope);
   softmax_scale_ = static_cast<float>(MlaSoftmaxScale(spec_));
 
   // W_UK[h] is rows [h*(d_n+d_v), h*(d_n+d_v)+d_n) of kv_b_proj, [d_n, r]; the absorbed query
   // needs its transpose [r, d_n] as a MatMul weight. An exact copy in the same dtype.
-  const int64_t r = m.kv_lora_rank, dn = m.qk_nope_head_dim, dv = m.v_head_dim, heads = spec_.num_heads;
+  const int64_t r = m.kv_lora_rank, dn = m.qk_nope_head_dim, dv = m.v_head_dim,
+                heads = spec_.num_heads;
   w_uk_t_.resize(spec_.num_layers);
   w_uk_t_storage_.resize(spec_.num_layers);
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
@@ -77,7 +82,8 @@ DeepseekModel::DeepseekModel(ModelSpec spec, DeepseekWeights weights, std::vecto
   }
 }
 
-KVStorageShape DeepseekModel::KVShapeFor(int64_t num_blocks, int64_t block_size, DType dtype) const {
+KVStorageShape DeepseekModel::KVShapeFor(int64_t num_blocks, int64_t block_size,
+                                         DType dtype) const {
   KVStorageShape s;
   s.num_layers = spec_.num_layers;
   s.num_blocks = num_blocks;
@@ -95,7 +101,8 @@ int64_t DeepseekModel::WeightBytesPerToken() const {
   int64_t total = bytes(w_.output);
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
     const DeepseekLayerWeights& L = w_.layers[l];
-    total += bytes(L.wq) + bytes(L.wq_a) + bytes(L.wq_b) + bytes(L.wkv_a) + bytes(L.wkv_b) + bytes(L.wo);
+    total +=
+        bytes(L.wq) + bytes(L.wq_a) + bytes(L.wq_b) + bytes(L.wkv_a) + bytes(L.wkv_b) + bytes(L.wo);
     if (is_moe_layer(l)) {
       total += bytes(L.moe.router) + mlp(L.moe.shared);
       // Each token reads num_experts_per_tok experts (all the same size).
@@ -107,12 +114,13 @@ int64_t DeepseekModel::WeightBytesPerToken() const {
   return total;
 }
 
-void DeepseekModel::Attention(int64_t l, const ForwardBatch& batch, KVStorage& cache, const float* x,
-                              float* out) {
+void DeepseekModel::Attention(int64_t l, const ForwardBatch& batch, KVStorage& cache,
+                              const float* x, float* out) {
   const DeepseekLayerWeights& L = w_.layers[l];
   const MlaSpec& m = spec_.mla;
   const int64_t n = batch.num_tokens(), heads = spec_.num_heads;
-  const int64_t r = m.kv_lora_rank, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dv = m.v_head_dim;
+  const int64_t r = m.kv_lora_rank, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim,
+                dv = m.v_head_dim;
   const int64_t dq = dn + dr, dabs = r + dr;
 
   std::vector<float> q(n * heads * dq);
@@ -189,8 +197,9 @@ void DeepseekModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* 
   std::vector<float> x(n * dim), h(n * dim), y(n * dim);
   for (int64_t t = 0; t < n; ++t) {
     const int32_t id = batch.token_ids[t];
-    PAGODA_ENSURE(id >= 0 && id < spec_.vocab_size, ErrorCode::kInvalidArgument,
-                  "token id " << id << " is outside the vocabulary (size " << spec_.vocab_size << ")");
+    PAGODA_ENSURE(
+        id >= 0 && id < spec_.vocab_size, ErrorCode::kInvalidArgument,
+        "token id " << id << " is outside the vocabulary (size " << spec_.vocab_size << ")");
     DequantizeRow(w_.embedding.dtype, w_.embedding.row(id), &x[t * dim], dim);
   }
 

@@ -48,12 +48,12 @@ struct DeepseekLayerWeights {
   // q_a_norm [q_lora_rank], wq_b [H*(d_n+d_r), q_lora_rank].
   WeightMatrix wq, wq_a, wq_b;
   std::vector<float> q_a_norm;
-  WeightMatrix wkv_a;             // [r + d_r, dim]
-  std::vector<float> kv_a_norm;   // [r]
-  WeightMatrix wkv_b;             // [H*(d_n+d_v), r]: per head d_n key rows then d_v value rows
-  WeightMatrix wo;                // [dim, H*d_v]
-  SwiGluWeights mlp;              // dense layers (layer < first_k_dense_replace or no MoE)
-  MoeWeights moe;                 // MoE layers (experts empty in dense layers)
+  WeightMatrix wkv_a;            // [r + d_r, dim]
+  std::vector<float> kv_a_norm;  // [r]
+  WeightMatrix wkv_b;            // [H*(d_n+d_v), r]: per head d_n key rows then d_v value rows
+  WeightMatrix wo;               // [dim, H*d_v]
+  SwiGluWeights mlp;             // dense layers (layer < first_k_dense_replace or no MoE)
+  MoeWeights moe;                // MoE layers (experts empty in dense layers)
 };
 
 struct DeepseekWeights {
@@ -86,7 +86,8 @@ class DeepseekModel : public Model {
 
  private:
   // x [n, dim] -> out [n, dim]: the attention block of layer l (after the input norm).
-  void Attention(int64_t l, const ForwardBatch& batch, KVStorage& cache, const float* x, float* out);
+  void Attention(int64_t l, const ForwardBatch& batch, KVStorage& cache, const float* x,
+                 float* out);
 
   ModelSpec spec_;
   DeepseekWeights w_;

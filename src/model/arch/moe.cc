@@ -27,7 +27,8 @@ void MaskGroups(const MoeSpec& s, bool sum_top2, std::vector<double>& choice) {
   const int64_t per_group = s.num_experts / s.n_group;
   std::vector<double> group_score(s.n_group);
   for (int64_t g = 0; g < s.n_group; ++g) {
-    std::vector<double> members(choice.begin() + g * per_group, choice.begin() + (g + 1) * per_group);
+    std::vector<double> members(choice.begin() + g * per_group,
+                                choice.begin() + (g + 1) * per_group);
     std::sort(members.begin(), members.end(), std::greater<double>());
     group_score[g] = sum_top2 ? members[0] + (per_group > 1 ? members[1] : 0.0) : members[0];
   }
@@ -90,8 +91,8 @@ void RouteTokens(const MoeSpec& s, const std::vector<float>& score_bias, const f
 void MoeForward(const MoeSpec& s, const MoeWeights& w, const float* x, int64_t n, int64_t dim,
                 float* y) {
   const int64_t ne = s.num_experts, k = s.num_experts_per_tok;
-  PAGODA_CHECK(static_cast<int64_t>(w.experts.size()) == ne) << "MoE weights for " << w.experts.size()
-                                                              << " experts, spec says " << ne;
+  PAGODA_CHECK(static_cast<int64_t>(w.experts.size()) == ne)
+      << "MoE weights for " << w.experts.size() << " experts, spec says " << ne;
   std::vector<float> logits(n * ne);
   MatMul(w.router, x, n, logits.data());
   std::vector<int32_t> ids(n * k);

@@ -35,10 +35,10 @@ struct SwiGluWeights {
 };
 
 struct MoeWeights {
-  WeightMatrix router;                // [num_experts, dim]
-  std::vector<float> score_bias;      // [num_experts] e_score_correction_bias; empty: none
-  std::vector<SwiGluWeights> experts; // [num_experts], each [expert_ffn_dim] wide
-  SwiGluWeights shared;               // [num_shared_experts * expert_ffn_dim] wide; may be empty
+  WeightMatrix router;                 // [num_experts, dim]
+  std::vector<float> score_bias;       // [num_experts] e_score_correction_bias; empty: none
+  std::vector<SwiGluWeights> experts;  // [num_experts], each [expert_ffn_dim] wide
+  SwiGluWeights shared;                // [num_shared_experts * expert_ffn_dim] wide; may be empty
 };
 
 // y = down(silu(gate x) * up x) for x: [num_tokens, dim], y: [num_tokens, dim] (no aliasing).
