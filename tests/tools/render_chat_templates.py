@@ -9,7 +9,8 @@ the globals raise_exception and strftime_now. strftime_now formats a fixed time
 
 Writes two files:
   tests/data/chat_template_golden.json: every fixture template x conversation
-    x add_generation_prompt (templates referenced by file name);
+    x add_generation_prompt (fixtures referenced by file name), plus the
+    well-known templates of jinja_cases.EXTRA_TEMPLATES (source embedded);
   tests/data/jinja_language_golden.json: small templates, one construct each.
 
 Usage: tests/tools/render_chat_templates.py [--fixtures DIR] [--out-dir DIR]
@@ -26,7 +27,7 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from jinja_cases import CONVERSATIONS, LANGUAGE_CASES  # noqa: E402
+from jinja_cases import CONVERSATIONS, EXTRA_TEMPLATES, LANGUAGE_CASES  # noqa: E402
 
 NOW = 1721995200  # 2024-07-26 12:00:00 UTC
 BOS = "<BOS>"
@@ -85,11 +86,13 @@ def main():
     env = make_env()
     template_dir = os.path.join(args.fixtures, "chat-templates")
     cases = []
+    sources = []
     for name in sorted(os.listdir(template_dir)):
-        if not name.endswith(".jinja"):
-            continue
-        with open(os.path.join(template_dir, name), encoding="utf-8") as f:
-            source = f.read()
+        if name.endswith(".jinja"):
+            with open(os.path.join(template_dir, name), encoding="utf-8") as f:
+                sources.append((name, f.read(), False))
+    sources += [(name, source, True) for name, source in EXTRA_TEMPLATES.items()]
+    for name, source, embedded in sources:
         for conv in CONVERSATIONS:
             for agp in (True, False):
                 context = {"messages": conv["messages"], "tools": conv.get("tools"),
@@ -98,8 +101,10 @@ def main():
                 result = render(env, source, context)
                 cases.append({"template": name, "conversation": conv["name"],
                               "add_generation_prompt": agp, **result})
+    golden_extra = dict(EXTRA_TEMPLATES)
     golden = {"jinja2_version": jinja2.__version__, "now": NOW, "bos_token": BOS,
-              "eos_token": EOS, "conversations": CONVERSATIONS, "cases": cases}
+              "eos_token": EOS, "conversations": CONVERSATIONS,
+              "embedded_templates": golden_extra, "cases": cases}
     with open(os.path.join(args.out_dir, "chat_template_golden.json"), "w",
               encoding="utf-8") as f:
         json.dump(golden, f, ensure_ascii=False, indent=1)
