@@ -98,7 +98,7 @@ CONVERSATIONS = [
         {"role": "user", "content": "Hi"}]},
     {"name": "long_conversation", "messages": [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + "word " * (i % 7)}
-        for i in range(41)]},
+        for i in range(15)]},
 ]
 
 LANGUAGE_CASES = [
