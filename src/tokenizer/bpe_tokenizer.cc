@@ -93,21 +93,13 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text,
 }
 
 std::string BpeTokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {
-  // Added tokens (control, user-defined) are emitted as they are, the pieces between
-  // them go through the decoders (llama.cpp's token_to_piece does the same).
+  // GGUF: added tokens (control, user-defined) are emitted as they are and only the
+  // pieces between them go through the decoders (llama.cpp's token_to_piece).
   std::string out;
   std::vector<std::string> pieces;
   auto flush = [&] {
-    if (pieces.empty()) return;
-    if (config_.decoders.empty()) {
-      for (size_t i = 0; i < pieces.size(); ++i) {
-        if (i > 0 || !out.empty()) out.push_back(' ');
-        out.append(pieces[i]);
-      }
-    } else {
-      for (const auto& d : config_.decoders) d->DecodeChain(&pieces);
-      for (const std::string& p : pieces) out.append(p);
-    }
+    for (const auto& d : config_.decoders) d->DecodeChain(&pieces);
+    for (const std::string& p : pieces) out.append(p);
     pieces.clear();
   };
   for (int32_t id : ids) {
@@ -115,7 +107,13 @@ std::string BpeTokenizer::Decode(std::span<const int32_t> ids, bool skip_special
                   "token id " << id << " is outside the vocabulary of " << vocab_size());
     if (skip_special && special_[id]) continue;
     TokenType type = config_.types[id];
-    if (type == TokenType::kControl || type == TokenType::kUserDefined) {
+    if (config_.decoders.empty()) {  // HF without a decoder: pieces joined by ' '
+      if (!out.empty()) out.push_back(' ');
+      out.append(config_.pieces[id]);
+      continue;
+    }
+    if (!config_.added_tokens_through_decoders &&
+        (type == TokenType::kControl || type == TokenType::kUserDefined)) {
       flush();
       out.append(config_.pieces[id]);
       continue;

@@ -42,6 +42,9 @@ struct BpeTokenizerConfig {
   std::vector<std::unique_ptr<Normalizer>> normalizers;
   std::vector<std::unique_ptr<PreTokenizer>> pre_tokenizers;
   std::vector<std::unique_ptr<Decoder>> decoders;  // empty: pieces joined with ' ' (HF)
+  // HF passes added tokens through the decoders with the rest; llama.cpp emits
+  // control and user-defined tokens as they are (GGUF vocabularies).
+  bool added_tokens_through_decoders = true;
   std::vector<AddedToken> added_tokens;
   std::vector<int32_t> prefix_ids;  // post-processor ids before the text (BOS ...)
   std::vector<int32_t> suffix_ids;  // and after it (EOS ...)

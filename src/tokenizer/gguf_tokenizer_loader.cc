@@ -125,6 +125,7 @@ std::unique_ptr<Tokenizer> LoadGgufBpe(const GgufFile& gguf, std::vector<std::st
   }
   config.pre_tokenizers.push_back(MakeByteLevelMap());
   config.decoders.push_back(MakeByteLevelDecoder());
+  config.added_tokens_through_decoders = false;
   config.ignore_merges = pre == "llama-bpe" || pre == "llama3";
   config.bos_id = OptionalId(gguf, "tokenizer.ggml.bos_token_id", 11, n);
   config.eos_ids = EndOfGenerationIds(gguf, tokens, config.types, 11);

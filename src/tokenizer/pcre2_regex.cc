@@ -12,8 +12,9 @@ namespace pagoda {
 
 Pcre2Regex::Pcre2Regex(const std::string& pattern, const std::string& context, bool literal)
     : pattern_(pattern) {
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY;
-  if (literal) options |= PCRE2_LITERAL;
+  // PCRE2_LITERAL allows only a few other options (no UCP, no DOLLAR_ENDONLY).
+  uint32_t options = literal ? PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_LITERAL
+                             : PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY;
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
