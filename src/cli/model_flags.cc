@@ -16,8 +16,17 @@ void ModelFlags::Add(CLI::App* app) {
   app->add_option("--dtype", dtype, "weight dtype of dummy models: bf16 | f16 | f32 | q8_0 | q4_0")
       ->capture_default_str();
   app->add_option("--kv-cache-dtype", kv_cache_dtype,
-                  "KV cache dtype: auto | f32 | bf16 | fp16 (auto: f32 for f32 weights, else bf16)")
+                  "KV cache dtype: auto | f32 | bf16 | fp16 | fp8 (= fp8_e4m3) | fp8_e5m2 | int8 | int4 | "
+                  "nvfp4 | kivi2 (auto: f32 for f32 weights, else bf16)")
       ->capture_default_str();
+  app->add_option("--kv-quant-group-size", kv_quant_group_size,
+                  "values per scale of int8/int4/kivi2 KV (the head dim when smaller)")->capture_default_str();
+  app->add_option("--kv-cache-dtype-skip-layers", kv_skip_layers,
+                  "layers whose KV stays bf16 with a quantized --kv-cache-dtype, e.g. 0,31");
+  app->add_option("--kv-sink-tokens", kv_sink_tokens, "first tokens of each sequence kept bf16 (quantized KV)")
+      ->capture_default_str();
+  app->add_option("--kv-recent-tokens", kv_recent_tokens,
+                  "recent tokens kept bf16 (quantized KV; within the query's own block)")->capture_default_str();
   app->add_option("--block-size", block_size, "tokens per KV block (power of two, 1..256)")->capture_default_str();
   app->add_option("--max-model-len", max_model_len, "context length (default: the model's)");
   app->add_option("--threads", threads, "CPU threads (default: all cores)");
@@ -33,6 +42,20 @@ std::unique_ptr<Model> ModelFlags::LoadModel() const {
 
 std::unique_ptr<Tokenizer> ModelFlags::LoadTokenizer(const Model& m) const {
   return LoadTokenizerForModel(model, tokenizer, m.spec().vocab_size);
+}
+
+KVQuantOptions ModelFlags::KVQuant() const {
+  PAGODA_ENSURE(kv_quant_group_size > 0, ErrorCode::kInvalidArgument,
+                "--kv-quant-group-size must be positive, got " << kv_quant_group_size);
+  PAGODA_ENSURE(kv_sink_tokens >= 0 && kv_recent_tokens >= 0, ErrorCode::kInvalidArgument,
+                "--kv-sink-tokens and --kv-recent-tokens must be >= 0");
+  KVQuantOptions o;
+  o.group_size = kv_quant_group_size;
+  o.block_size = block_size;
+  for (int32_t l : ParseIdList(kv_skip_layers, "--kv-cache-dtype-skip-layers")) o.skip_layers.push_back(l);
+  o.sink_tokens = kv_sink_tokens;
+  o.recent_tokens = kv_recent_tokens;
+  return o;
 }
 
 DType ModelFlags::KVDType(const Model& m) const {
@@ -64,7 +87,7 @@ EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, const Model& model
   KVCacheSizingOptions o;
   o.shape = model.spec().kv_shape();
   o.dtype = ParseKVCacheDType(flags.kv_cache_dtype, model_default);
-  KVStorageDType(o.dtype);  // throws early for formats the CPU cache does not have yet
+  o.quant = flags.KVQuant();
   o.block_size = flags.block_size;
   o.max_model_len = flags.max_model_len > 0 ? flags.max_model_len : model.spec().max_position;
   if (!kv_cache_memory.empty()) o.kv_cache_memory_bytes = ParseMemorySize(kv_cache_memory);
@@ -73,6 +96,7 @@ EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, const Model& model
   // On the CPU, never take more than the sequences the engine could run at once.
   o.max_kv_tokens = max_num_seqs * o.max_model_len;
   c.kv = ComputeKVCacheConfig(o);
+  c.kv_quant = o.quant;
   PAGODA_LOG(kInfo) << FormatKVCacheConfig(c.kv);
   c.scheduler.max_model_len = o.max_model_len;
   c.scheduler.max_num_seqs = max_num_seqs;

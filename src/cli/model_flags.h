@@ -23,10 +23,17 @@ struct ModelFlags {
   int64_t max_model_len = 0;
   int threads = 0;
   uint64_t seed_weights = 0;
+  int64_t kv_quant_group_size = 32;
+  std::string kv_skip_layers;  // "0,31"
+  int64_t kv_sink_tokens = 0;
+  int64_t kv_recent_tokens = 0;
 
   // Adds --model (required), --tokenizer, --dtype, --kv-cache-dtype, --block-size,
-  // --max-model-len, --threads.
+  // --max-model-len, --threads, and the quantized-KV options --kv-quant-group-size,
+  // --kv-cache-dtype-skip-layers, --kv-sink-tokens, --kv-recent-tokens.
   void Add(CLI::App* app);
+  // The quantized-KV options (validated; throws InvalidArgument naming the flag).
+  KVQuantOptions KVQuant() const;
   // Applies --threads; loads the model; resolves "auto" for the KV cache.
   std::unique_ptr<Model> LoadModel() const;
   std::unique_ptr<Tokenizer> LoadTokenizer(const Model& model) const;

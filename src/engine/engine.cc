@@ -22,9 +22,7 @@ DType KVStorageDType(KVCacheDType t) {
     case KVCacheDType::kF32: return DType::kF32;
     case KVCacheDType::kBF16: return DType::kBF16;
     case KVCacheDType::kF16: return DType::kF16;
-    default:
-      ThrowUnsupported("--kv-cache-dtype " + std::string(KVCacheDTypeName(t)) +
-                       " is not supported by the CPU KV cache yet (use auto, f32, bf16 or fp16)");
+    default: return DType::kBF16;  // quantized: skipped layers and the side pool
   }
 }
 
@@ -44,7 +42,9 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       tokenizer_(tokenizer),
       config_(config),
       kv_(ManagerConfig(config)),
-      cache_(model.KVShapeFor(config.kv.num_blocks, config.kv.block_size, KVStorageDType(config.kv.dtype))),
+      cache_(ApplyKVCacheFormat(
+          model.KVShapeFor(config.kv.num_blocks, config.kv.block_size, KVStorageDType(config.kv.dtype)),
+          config.kv.dtype, config.kv_quant, model.spec().kv_shape().mla)),
       scheduler_(config.scheduler, kv_),
       runner_(model, cache_, kv_) {
   eos_ids_ = model.eos_ids();

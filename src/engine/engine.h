@@ -26,6 +26,7 @@ namespace pagoda {
 struct EngineConfig {
   SchedulerConfig scheduler;
   KVCacheConfig kv;  // from ComputeKVCacheConfig: blocks, block size, dtype
+  KVQuantOptions kv_quant;  // quantized formats: group size, skip layers, sink/recent tokens
   bool enable_prefix_caching = true;
   PrefixHashAlgo prefix_hash_algo = PrefixHashAlgo::kSha256;
 };
@@ -94,7 +95,8 @@ class Engine {
   int64_t steps_ = 0;
 };
 
-// KVCacheDType -> the element type of the CPU cache (f32, bf16, f16).
+// KVCacheDType -> the element type of the CPU cache (f32, bf16, f16); quantized formats map
+// to bf16, the width of their skipped layers and side pool (ApplyKVCacheFormat adds the rest).
 DType KVStorageDType(KVCacheDType t);
 
 }  // namespace pagoda

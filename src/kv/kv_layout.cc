@@ -43,6 +43,7 @@ namespace {
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Bytes for one vector of d values stored per token (a K or V head, or an MLA latent).
+// kivi2 here is the per-token (values) layout; keys use KiviKeyBytes.
 int64_t VectorBytes(int64_t d, KVCacheDType t, int64_t group) {
   if (d == 0) return 0;
   const int64_t g = std::min(group, d);
@@ -60,10 +61,24 @@ int64_t VectorBytes(int64_t d, KVCacheDType t, int64_t group) {
   return 0;
 }
 
+// kivi2 keys: per block, d (scale, min) f16 pairs + B x ceil(d/4) code bytes, per token.
+int64_t KiviKeyBytes(int64_t d, int64_t block_size) {
+  if (d == 0) return 0;
+  return CeilDiv(4 * d + block_size * CeilDiv(d, 4), block_size);
+}
+
 }  // namespace
 
+bool IsQuantizedKV(KVCacheDType t) {
+  return t != KVCacheDType::kF32 && t != KVCacheDType::kBF16 && t != KVCacheDType::kF16;
+}
+
 int64_t KVBytesPerTokenPerLayer(const KVShape& s, KVCacheDType dtype, const KVQuantOptions& o) {
-  PAGODA_CHECK(o.group_size > 0) << "group size must be positive";
+  PAGODA_CHECK(o.group_size > 0 && o.block_size > 0) << "group and block size must be positive";
+  if (dtype == KVCacheDType::kKivi2 && !s.mla) {
+    return s.num_kv_heads * (KiviKeyBytes(s.head_dim_k, o.block_size) +
+                             VectorBytes(s.head_dim_v, dtype, o.group_size));
+  }
   if (s.mla) {
     const KVCacheDType rope_dtype =
         (o.quantize_rope || dtype == KVCacheDType::kF32) ? dtype : KVCacheDType::kBF16;
@@ -75,7 +90,14 @@ int64_t KVBytesPerTokenPerLayer(const KVShape& s, KVCacheDType dtype, const KVQu
 }
 
 int64_t KVBytesPerToken(const KVShape& s, KVCacheDType dtype, const KVQuantOptions& o) {
-  return s.num_layers * KVBytesPerTokenPerLayer(s, dtype, o);
+  int64_t skipped = 0;
+  if (IsQuantizedKV(dtype)) {
+    for (int64_t l = 0; l < s.num_layers; ++l) {
+      if (std::find(o.skip_layers.begin(), o.skip_layers.end(), l) != o.skip_layers.end()) ++skipped;
+    }
+  }
+  return (s.num_layers - skipped) * KVBytesPerTokenPerLayer(s, dtype, o) +
+         skipped * KVBytesPerTokenPerLayer(s, KVCacheDType::kBF16, o);
 }
 
 std::string FormatBytes(int64_t bytes) {

@@ -1,15 +1,21 @@
 // What one token costs in the KV cache. ONE function, KVBytesPerToken, gives it;
 // the block allocator, the planner and the metrics all call it, so their figures agree.
 //
-// Formats (per token, per layer, per KV head unless MLA):
+// Formats (per token, per layer, per KV head unless MLA), exactly what the CPU cache
+// allocates (model/kv_storage.h; byte layouts in kernels/cpu/kv_quant.h), d = head dim,
+// ng = ceil(d / min(G, d)), B = block size:
 //   f32 / bf16 / f16:     (d_k + d_v) x 4 / 2 / 2 bytes
-//   fp8_e4m3 / fp8_e5m2:  1 byte per value + one f32 scale per token per head for K and V
-//   int8:                 1 byte per value + one f16 scale per group (group = min(G, d))
-//   int4:                 1/2 byte per value + one f16 scale per group
-//   nvfp4:                1/2 byte per value + one e4m3 scale per 16 values (the per-tensor
-//                         f32 scale is per layer, not per token)
-//   kivi2:                1/4 byte per value + per group an f16 scale and f16 zero point
-//                         (keys per channel over G tokens, values per token over G channels)
+//   fp8_e4m3 / fp8_e5m2:  d bytes + one f32 scale per token per head, for K and for V
+//   int8:                 d bytes + ng f16 scales
+//   int4:                 ceil(d/2) bytes + ng f16 scales
+//   nvfp4:                ceil(d/2) bytes + ceil(d/16) e4m3 scales (the per-tensor f32 scale
+//                         is per layer, not per token)
+//   kivi2:                values: ceil(d/4) bytes + ng x (f16 scale, f16 min), per token;
+//                         keys: per block, d x (f16 scale, f16 min) per head over the block's
+//                         B tokens + ceil(d/4) bytes per token, padded to whole bytes per
+//                         token: ceil((4d + B ceil(d/4)) / B) per token and head
+// Layers in skip_layers count as bf16. The wide side pool of sink/recent/kivi2-residual
+// tokens is not per token (bounded per sequence) and not counted here.
 // MLA caches the latent c_kv (kv_lora_rank) in the format and k_pe (qk_rope_head_dim)
 // in bf16 (RoPE-aware: the rotary part stays wide), unless quantize_rope is set.
 #pragma once
@@ -17,6 +23,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pagoda {
 
@@ -50,7 +57,14 @@ struct KVShape {
 struct KVQuantOptions {
   int64_t group_size = 32;     // --kv-quant-group-size (int8, int4, kivi2)
   bool quantize_rope = false;  // MLA: quantize k_pe too (for measuring what keeping it wide buys)
+  int64_t block_size = 16;     // kivi2 keys are quantized per channel over a block's tokens
+  std::vector<int64_t> skip_layers;  // --kv-cache-dtype-skip-layers: these layers stay bf16
+  int64_t sink_tokens = 0;     // --kv-sink-tokens: first tokens kept bf16 (side pool)
+  int64_t recent_tokens = 0;   // --kv-recent-tokens: recent tokens kept bf16 (side pool)
 };
+
+// True for the formats that store codes and scales (fp8 and narrower).
+bool IsQuantizedKV(KVCacheDType t);
 
 // Bytes one token occupies in one layer.
 int64_t KVBytesPerTokenPerLayer(const KVShape& shape, KVCacheDType dtype,

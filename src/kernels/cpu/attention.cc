@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/cpu/vec.h"
 
 namespace pagoda {
@@ -28,11 +29,57 @@ inline void LoadRow(const void* cache, DType t, int64_t index, int64_t d, float*
   }
 }
 
+// Where one query's keys come from: the block arrays in their formats, or a block's wide copy.
+struct KVReader {
+  const PagedAttentionParams& p;
+  KVArrayFormat fk, fv;
+  int64_t k_block_bytes, v_block_bytes;
+
+  explicit KVReader(const PagedAttentionParams& params) : p(params), fk(params.k_format), fv(params.v_format) {
+    for (KVArrayFormat* f : {&fk, &fv}) {
+      if (f->quant == KVQuant::kNone) f->dtype = p.kv_dtype;
+      f->block_size = p.block_size;
+      f->num_heads = p.num_kv_heads;
+      f->head_dim = p.head_dim;
+    }
+    k_block_bytes = KVBlockBytes(fk);
+    v_block_bytes = KVBlockBytes(fv);
+  }
+
+  bool Wide(int64_t key, int64_t pos, int32_t block) const {
+    if (p.wide_index == nullptr || p.wide_index[block] < 0) return false;
+    if (key < p.sink_tokens) return true;
+    if (key / p.block_size != pos / p.block_size) return false;
+    return p.own_block_wide || pos - key < p.recent_tokens;
+  }
+
+  // K and V rows of `key` for the KV head kvh of a query at `pos`.
+  void Load(int64_t key, int64_t pos, const int32_t* table, int64_t kvh, float* k, float* v) const {
+    const int64_t d = p.head_dim;
+    const int32_t block = table[key / p.block_size];
+    const int64_t offset = key % p.block_size;
+    if (Wide(key, pos, block)) {
+      const int64_t index = ((int64_t{p.wide_index[block]} * p.block_size + offset) * p.num_kv_heads + kvh) * d;
+      LoadRow(p.k_wide, p.wide_dtype, index, d, k);
+      LoadRow(p.v_wide, p.wide_dtype, index, d, v);
+      return;
+    }
+    if (fk.quant == KVQuant::kNone && fv.quant == KVQuant::kNone) {
+      const int64_t index = ((int64_t{block} * p.block_size + offset) * p.num_kv_heads + kvh) * d;
+      LoadRow(p.k_cache, fk.dtype, index, d, k);
+      LoadRow(p.v_cache, fv.dtype, index, d, v);
+      return;
+    }
+    DequantizeKVRow(fk, static_cast<const uint8_t*>(p.k_cache) + block * k_block_bytes, offset, kvh, k);
+    DequantizeKVRow(fv, static_cast<const uint8_t*>(p.v_cache) + block * v_block_bytes, offset, kvh, v);
+  }
+};
+
 struct Scratch {
   std::vector<float> k, v, s, acc, m, l;
 };
 
-void AttendOne(const PagedAttentionParams& p, int64_t t, int64_t kvh, Scratch& w) {
+void AttendOne(const PagedAttentionParams& p, const KVReader& reader, int64_t t, int64_t kvh, Scratch& w) {
   const int64_t group = p.num_heads / p.num_kv_heads;
   const int64_t d = p.head_dim;
   const int64_t pos = p.positions[t];
@@ -50,13 +97,7 @@ void AttendOne(const PagedAttentionParams& p, int64_t t, int64_t kvh, Scratch& w
     const int64_t a = std::max(tile, lo);
     const int64_t b = std::min(tile + kAttentionTile, pos + 1);
     const int64_t n = b - a;
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t key = a + j;
-      const int64_t slot = int64_t{table[key / p.block_size]} * p.block_size + key % p.block_size;
-      const int64_t index = (slot * p.num_kv_heads + kvh) * d;
-      LoadRow(p.k_cache, p.kv_dtype, index, d, &w.k[j * d]);
-      LoadRow(p.v_cache, p.kv_dtype, index, d, &w.v[j * d]);
-    }
+    for (int64_t j = 0; j < n; ++j) reader.Load(a + j, pos, table, kvh, &w.k[j * d], &w.v[j * d]);
     for (int64_t g = 0; g < group; ++g) {
       float* s = &w.s[g * kAttentionTile];
       float tile_max = -INFINITY;
@@ -89,9 +130,10 @@ void AttendOne(const PagedAttentionParams& p, int64_t t, int64_t kvh, Scratch& w
 
 void PagedAttention(const PagedAttentionParams& p) {
   const int64_t items = p.num_tokens * p.num_kv_heads;
+  const KVReader reader(p);
   ParallelFor(items, 1, [&](int64_t begin, int64_t end) {
     Scratch w;
-    for (int64_t i = begin; i < end; ++i) AttendOne(p, i / p.num_kv_heads, i % p.num_kv_heads, w);
+    for (int64_t i = begin; i < end; ++i) AttendOne(p, reader, i / p.num_kv_heads, i % p.num_kv_heads, w);
   });
 }
 

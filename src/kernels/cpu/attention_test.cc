@@ -10,6 +10,7 @@
 #include <random>
 
 #include "core/parallel.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/ref/attention_ref.h"
 
 namespace pagoda {
@@ -18,14 +19,16 @@ namespace {
 struct Case {
   int64_t head_dim, block_size, num_kv_heads, group, len, window;
   DType kv_dtype;
+  KVQuant quant = KVQuant::kNone;
+  bool wide = false;  // a bf16 side pool: sink 3, recent 5 (kivi2: the whole own block)
 };
 
 // A cache holding one sequence of `len` tokens at scrambled blocks, plus queries for the
 // last `num_queries` positions.
 struct Fixture {
   std::vector<float> q, out, ref_out;
-  std::vector<uint8_t> k, v;
-  std::vector<int32_t> table, positions;
+  std::vector<uint8_t> k, v, k_wide, v_wide;
+  std::vector<int32_t> table, positions, wide_index;
   std::vector<const int32_t*> tables;
   PagedAttentionParams p;
 
@@ -42,10 +45,31 @@ struct Fixture {
     k.resize(elems * esize);
     v.resize(elems * esize);
     std::vector<float> row(elems);
+    KVArrayFormat fk;
+    fk.quant = c.quant;
+    fk.block_size = c.block_size;
+    fk.num_heads = c.num_kv_heads;
+    fk.head_dim = c.head_dim;
+    fk.per_channel = c.quant == KVQuant::kKivi2;
+    KVArrayFormat fv = fk;
+    fv.per_channel = false;
     for (auto* buf : {&k, &v}) {
       for (float& x : row) x = normal(rng);
       if (rng() % 2 == 0) row[rng() % elems] = 30.0f;  // an outlier
-      QuantizeRow(c.kv_dtype, row.data(), buf->data(), elems);
+      if (c.quant == KVQuant::kNone) {
+        QuantizeRow(c.kv_dtype, row.data(), buf->data(), elems);
+      } else {
+        // Quantized blocks; the wide copies (bf16) of every block hold the same values.
+        const KVArrayFormat& f = buf == &k ? fk : fv;
+        const int64_t per_block = c.block_size * c.num_kv_heads * c.head_dim;
+        buf->assign(num_blocks * KVBlockBytes(f), 0);
+        for (int64_t b = 0; b < num_blocks; ++b) {
+          QuantizeKVBlock(f, row.data() + b * per_block, buf->data() + b * KVBlockBytes(f));
+        }
+        auto& wide = buf == &k ? k_wide : v_wide;
+        wide.resize(elems * 2);
+        QuantizeRow(DType::kBF16, row.data(), wide.data(), elems);
+      }
     }
     q.resize(num_queries * num_heads * c.head_dim);
     for (float& x : q) x = normal(rng);
@@ -67,6 +91,21 @@ struct Fixture {
     p.block_tables = tables.data();
     p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
     p.sliding_window = c.window;
+    if (c.quant != KVQuant::kNone) {
+      p.k_format = fk;
+      p.v_format = fv;
+    }
+    if (c.wide) {
+      // Every other block has a wide copy (wide block i = block i), so both paths are read.
+      for (int64_t b = 0; b < num_blocks; ++b) wide_index.push_back(b % 2 == 0 || c.quant == KVQuant::kKivi2 ? b : -1);
+      p.k_wide = k_wide.data();
+      p.v_wide = v_wide.data();
+      p.wide_dtype = DType::kBF16;
+      p.wide_index = wide_index.data();
+      p.sink_tokens = 3;
+      p.recent_tokens = 5;
+      p.own_block_wide = c.quant == KVQuant::kKivi2;
+    }
   }
 };
 
@@ -97,6 +136,20 @@ std::vector<Case> Grid() {
     }
   }
   for (DType t : {DType::kBF16, DType::kF16}) cases.push_back({64, 16, 2, 4, 97, 0, t});
+  // Every quantized format, dequantized row by row inside the kernel.
+  for (KVQuant q : {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4,
+                    KVQuant::kNvfp4, KVQuant::kKivi2}) {
+    for (int64_t hd : {64, 80, 128}) {
+      for (int64_t bs : {1, 16, 256}) {
+        for (int64_t len : {1, 17, 97, 513}) {
+          if (len == 513 && (bs != 16 || hd != 64)) continue;
+          if (q == KVQuant::kKivi2 && bs == 1) continue;  // per-channel over 1 token is lossless
+          cases.push_back({hd, bs, 2, 4, len, 0, DType::kF32, q, (len + bs) % 2 == 1});
+        }
+      }
+    }
+    cases.push_back({64, 16, 2, 8, 200, 64, DType::kF32, q, true});
+  }
   for (int64_t window : {1, 24, 64, 100}) cases.push_back({64, 16, 2, 2, 200, window, DType::kF32});
   return cases;
 }
@@ -105,11 +158,14 @@ INSTANTIATE_TEST_SUITE_P(Grid, AttentionGridTest, ::testing::ValuesIn(Grid()), [
   const Case& c = info.param;
   return "d" + std::to_string(c.head_dim) + "_bs" + std::to_string(c.block_size) + "_g" +
          std::to_string(c.group) + "_len" + std::to_string(c.len) + "_w" + std::to_string(c.window) +
-         "_" + std::string(DTypeName(c.kv_dtype));
+         "_" + std::string(DTypeName(c.kv_dtype)) + "_q" + std::to_string(int(c.quant)) +
+         (c.wide ? "_wide" : "");
 });
 
-TEST(AttentionTest, BitIdenticalWhateverTheBatchAndThreads) {
-  const Case c{64, 16, 2, 4, 300, 0, DType::kF32};
+class AttentionInvarianceTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionInvarianceTest, BitIdenticalWhateverTheBatchAndThreads) {
+  const Case c = GetParam();
   Fixture all(c, 8, 7);
   SetNumThreads(2);
   PagedAttention(all.p);
@@ -131,6 +187,12 @@ TEST(AttentionTest, BitIdenticalWhateverTheBatchAndThreads) {
   }
   SetNumThreads(2);
 }
+
+INSTANTIATE_TEST_SUITE_P(Formats, AttentionInvarianceTest,
+                         ::testing::Values(Case{64, 16, 2, 4, 300, 0, DType::kF32},
+                                           Case{64, 16, 2, 4, 300, 0, DType::kF32, KVQuant::kInt4, true},
+                                           Case{64, 16, 2, 4, 300, 0, DType::kF32, KVQuant::kKivi2, true},
+                                           Case{64, 16, 2, 4, 300, 0, DType::kF32, KVQuant::kFp8E4M3}));
 
 TEST(AttentionTest, BitIdenticalWhateverTheBlockSize) {
   // The same keys laid out in blocks of 1, 16 and 256 give the same bits.

@@ -7,6 +7,13 @@
 // offset p % block_size. Every query token carries its own position and a pointer to
 // its sequence's block table, so a batch may mix prefill chunks and decodes of
 // sequences of any length ("ragged" batch).
+//
+// Quantized caches: k_format / v_format say how each array stores its blocks (the byte
+// layouts are in kernels/cpu/kv_quant.h); every block is self-contained (codes and scales
+// inside its bytes). The kernel dequantizes one row at a time into a small tile, never the
+// whole cache. A side pool of wide (wide_dtype) block copies serves the mixed-precision
+// policies: sink tokens, the recent tokens of the query's own block, and kivi2's residual
+// (the not-yet-full block whose keys cannot be quantized per channel yet).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +21,23 @@
 #include "core/dtype.h"
 
 namespace pagoda {
+
+// How one K or V array stores values. kNone: plain kv_dtype / dtype elements.
+enum class KVQuant : uint8_t { kNone, kFp8E4M3, kFp8E5M2, kInt8, kInt4, kNvfp4, kKivi2 };
+
+// The geometry and format of one K or V array of one layer.
+struct KVArrayFormat {
+  KVQuant quant = KVQuant::kNone;
+  DType dtype = DType::kF32;  // kNone: element type (kF32, kBF16, kF16)
+  int64_t block_size = 16;
+  int64_t num_heads = 0;      // KV heads
+  int64_t head_dim = 0;
+  int64_t group = 32;         // int8/int4/kivi2 per-token groups: values per scale (<= head_dim)
+  bool per_channel = false;   // kivi2 keys: quantized per channel over the block's tokens
+  // fp8: > 0 is a per-tensor scale from the checkpoint (k_scale / v_scale), else dynamic
+  // per-token-per-head scales. nvfp4: the per-tensor f32 scale (0 means 1).
+  float tensor_scale = 0.0f;
+};
 
 struct PagedAttentionParams {
   const float* q = nullptr;  // [num_tokens, num_heads, head_dim] f32, RoPE applied
@@ -32,6 +56,23 @@ struct PagedAttentionParams {
   const int32_t* const* block_tables = nullptr;  // [num_tokens] each token's sequence table
   float scale = 1.0f;           // softmax scale, usually 1/sqrt(head_dim)
   int64_t sliding_window = 0;   // > 0: query at p sees keys (p - window, p]; 0: all of [0, p]
+
+  // Quantized caches (quant != kNone; then k_cache/v_cache hold blocks of
+  // KVBlockBytes(format) bytes and kv_dtype is unused). num_heads/head_dim/block_size of the
+  // formats equal num_kv_heads/head_dim/block_size above.
+  KVArrayFormat k_format, v_format;
+  // Wide copies of some blocks: [num_wide_blocks, block_size, num_kv_heads, head_dim] in
+  // wide_dtype (kF32, kBF16 or kF16); null when no policy needs them.
+  const void* k_wide = nullptr;
+  const void* v_wide = nullptr;
+  DType wide_dtype = DType::kBF16;
+  const int32_t* wide_index = nullptr;  // [num_blocks] wide copy of each block, -1: none; may be null
+  // Which keys read their wide copy (when the block has one): positions < sink_tokens, and
+  // keys in the query's own block that are within recent_tokens of it (all of them when
+  // own_block_wide, kivi2's residual).
+  int64_t sink_tokens = 0;
+  int64_t recent_tokens = 0;
+  bool own_block_wide = false;
 };
 
 // First key position a query at `pos` attends to.

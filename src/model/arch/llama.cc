@@ -77,7 +77,6 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
   ap.num_heads = spec_.num_heads;
   ap.num_kv_heads = spec_.num_kv_heads;
   ap.head_dim = hd;
-  ap.kv_dtype = cache.shape().dtype;
   ap.block_size = cache.shape().block_size;
   ap.positions = batch.positions.data();
   ap.block_tables = batch.block_tables.data();
@@ -98,9 +97,8 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
     AddBias(L.bv, n, v.data());
     ApplyRope(rope_, batch.positions.data(), n, spec_.num_heads, hd, 0, q.data());
     ApplyRope(rope_, batch.positions.data(), n, spec_.num_kv_heads, hd, 0, k.data());
-    cache.Write(l, k.data(), v.data(), batch.slot_mapping.data(), n);
-    ap.k_cache = cache.k(l);
-    ap.v_cache = cache.v(l);
+    cache.Write(l, k.data(), v.data(), batch.slot_mapping.data(), n, batch.positions.data());
+    cache.FillAttentionParams(l, &ap);
     PagedAttention(ap);
     MatMul(L.wo, attn.data(), n, h.data());
     for (int64_t i = 0; i < n * dim; ++i) x[i] += h[i];
