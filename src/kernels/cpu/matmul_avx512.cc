@@ -167,6 +167,141 @@ PAGODA_AVX512 void RowsFloat(const WeightMatrix& w, const float* x, int64_t num_
   }
 }
 
+// ---- bf16 weights: even/odd split ---------------------------------------------------
+//
+// Widening bf16 is a 16-bit shift. Read as 32-bit lanes, 32 bf16 weights hold the even
+// elements in their low halves and the odd ones in their high halves, so one AND and
+// one shift widen 32 weights (instead of two zero-extends and two shifts for 16 each).
+// x is repacked to match, per chunk of 32: [x0 x2 .. x30 | x1 x3 .. x31] (a partial
+// last chunk zero-padded), and each output does acc += w_even * x_even, then
+// acc += w_odd * x_odd per chunk: again one fixed order for GEMV and GEMM alike.
+
+// xp[t] = repacked x[t]: [num_tokens, RoundUp32(cols)].
+PAGODA_AVX512 void RepackEvenOdd(const float* x, int64_t num_tokens, int64_t n, float* xp) {
+  const int64_t n32 = (n + 31) & ~int64_t{31};
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* src = x + t * n;
+    float* dst = xp + t * n32;
+    for (int64_t k = 0; k < n32; k += 32) {
+      const int64_t m = Min(32, n - k);
+      const __mmask16 lo = static_cast<__mmask16>(m >= 16 ? 0xffff : (1u << m) - 1);
+      const __mmask16 hi = static_cast<__mmask16>(m >= 32 ? 0xffff : m <= 16 ? 0 : (1u << (m - 16)) - 1);
+      const __m512 a = _mm512_maskz_loadu_ps(lo, src + k);
+      const __m512 b = _mm512_maskz_loadu_ps(hi, src + k + 16);
+      _mm512_storeu_ps(dst + k, _mm512_permutex2var_ps(a, even, b));
+      _mm512_storeu_ps(dst + k + 16, _mm512_permutex2var_ps(a, odd, b));
+    }
+  }
+}
+
+template <int R, int T>
+PAGODA_AVX512 void TileBf16(const WeightMatrix& w, const float* xp, int64_t r0, int64_t t0,
+                            const KSlice& ks, float* y) {
+  const int64_t n = w.cols;
+  const int64_t n_pad = (n + 31) & ~int64_t{31};
+  const int64_t n32 = n & ~int64_t{31};
+  const bool first = ks.k0 == 0, last = ks.k1 == n;
+  const uint8_t* wr[R];
+  const float* xt[T];
+  for (int i = 0; i < R; ++i) wr[i] = w.row(r0 + i);
+  for (int j = 0; j < T; ++j) xt[j] = xp + (t0 + j) * n_pad;
+  __m512 acc[R][T];
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < T; ++j)
+      acc[i][j] = first ? _mm512_setzero_ps() : _mm512_load_ps(ks.Slot(r0 + i, t0 + j, 16));
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  const int64_t prefetch_bytes = PrefetchBytes(w, r0, R, T);
+  const int64_t k_end = Min(ks.k1, n32);
+  // Full chunks, then (last pass only) a zero-masked partial chunk; the body is spelled
+  // out twice so the accumulators stay in registers.
+  for (int64_t k = ks.k0; k < k_end; k += 32) {
+    __m512 we[R], wo[R];
+    for (int i = 0; i < R; ++i) {
+      if (prefetch_bytes != 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(wr[i] + prefetch_bytes + 2 * k), _MM_HINT_T0);
+      }
+      const __m512i v = _mm512_loadu_si512(wr[i] + 2 * k);
+      we[i] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      wo[i] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+    }
+    for (int j = 0; j < T; ++j) {
+      const __m512 xe = _mm512_loadu_ps(xt[j] + k);
+      const __m512 xo = _mm512_loadu_ps(xt[j] + k + 16);
+      for (int i = 0; i < R; ++i) {
+        acc[i][j] = _mm512_fmadd_ps(we[i], xe, acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(wo[i], xo, acc[i][j]);
+      }
+    }
+  }
+  if (last && n32 < n) {
+    const __mmask32 mask = static_cast<__mmask32>((uint64_t{1} << (n - n32)) - 1);
+    __m512 we[R], wo[R];
+    for (int i = 0; i < R; ++i) {
+      const __m512i v = _mm512_maskz_loadu_epi16(mask, wr[i] + 2 * n32);
+      we[i] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      wo[i] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+    }
+    for (int j = 0; j < T; ++j) {
+      const __m512 xe = _mm512_loadu_ps(xt[j] + n32);
+      const __m512 xo = _mm512_loadu_ps(xt[j] + n32 + 16);
+      for (int i = 0; i < R; ++i) {
+        acc[i][j] = _mm512_fmadd_ps(we[i], xe, acc[i][j]);
+        acc[i][j] = _mm512_fmadd_ps(wo[i], xo, acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    for (int j = 0; j < T; ++j) {
+      if (last) {
+        y[(t0 + j) * w.rows + r0 + i] = HSum(acc[i][j]);
+      } else {
+        _mm512_store_ps(ks.Slot(r0 + i, t0 + j, 16), acc[i][j]);
+      }
+    }
+  }
+}
+
+template <int R>
+constexpr TileFloatFn<DType::kBF16, R> kTileBf16[4] = {&TileBf16<R, 1>, &TileBf16<R, 2>,
+                                                       &TileBf16<R, 3>, &TileBf16<R, 4>};
+
+PAGODA_AVX512 void RowsBf16(const WeightMatrix& w, const float* x, int64_t num_tokens, int64_t r0,
+                            int64_t r1, float* y) {
+  const int64_t n = w.cols;
+  const int64_t n_pad = (n + 31) & ~int64_t{31};
+  AlignedFloats xp(num_tokens * n_pad);
+  RepackEvenOdd(x, num_tokens, n, xp.data());
+  if (num_tokens == 1) {
+    const KSlice all{0, n};
+    int64_t r = r0;
+    for (; r + 8 <= r1; r += 8) TileBf16<8, 1>(w, xp.data(), r, 0, all, y);
+    for (; r < r1; ++r) TileBf16<1, 1>(w, xp.data(), r, 0, all, y);
+    return;
+  }
+  // GEMM tiles of 4 rows x 4 tokens: 16 accumulators + 8 widened weights + 2 x (more
+  // accumulators spill).
+  constexpr int64_t kKc = 1024, kTc = 48;
+  const int64_t block = RowsPerL2Block(w.row_bytes, 4);
+  AlignedFloats state(Min(block, r1 - r0) * kTc * 16);
+  for (int64_t rb = r0; rb < r1; rb += block) {
+    const int64_t re = Min(rb + block, r1);
+    for (int64_t tc = 0; tc < num_tokens; tc += kTc) {
+      const int64_t te = Min(tc + kTc, num_tokens);
+      for (int64_t k0 = 0; k0 < n; k0 += kKc) {
+        const KSlice ks{k0, Min(k0 + kKc, n), state.data(), rb, tc, kTc};
+        for (int64_t t = tc; t < te; t += 4) {
+          const int64_t tt = Min(4, te - t);
+          int64_t r = rb;
+          for (; r + 4 <= re; r += 4) kTileBf16<4>[tt - 1](w, xp.data(), r, t, ks, y);
+          for (; r < re; ++r) kTileBf16<1>[tt - 1](w, xp.data(), r, t, ks, y);
+        }
+      }
+    }
+  }
+}
+
 // ---- quantized weights ----------------------------------------------------------
 //
 // vpdpbusd(acc, u8, s8): lane l += sum of the 4 products of bytes 4l..4l+3; no
@@ -302,7 +437,7 @@ void MatMulRowsAvx512(const WeightMatrix& w, const float* x, const QuantizedActi
   switch (w.dtype) {
     case DType::kF32: RowsFloat<DType::kF32>(w, x, num_tokens, r0, r1, y); return;
     case DType::kF16: RowsFloat<DType::kF16>(w, x, num_tokens, r0, r1, y); return;
-    case DType::kBF16: RowsFloat<DType::kBF16>(w, x, num_tokens, r0, r1, y); return;
+    case DType::kBF16: RowsBf16(w, x, num_tokens, r0, r1, y); return;
     case DType::kQ8_0: RowsQuant<DType::kQ8_0>(w, *xq, num_tokens, r0, r1, y); return;
     case DType::kQ4_0: RowsQuant<DType::kQ4_0>(w, *xq, num_tokens, r0, r1, y); return;
     default: return;  // rejected by MatMulAt
