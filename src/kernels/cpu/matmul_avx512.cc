@@ -2,7 +2,8 @@
 // Compiled with target attributes; only called when the CPU and OS support them.
 //
 // Register tiles (32 zmm registers):
-//   float weights, GEMM: 4 rows x 6 tokens = 24 accumulators; GEMV: 8 rows x 1 token.
+//   F32/F16 weights, GEMM: 4 rows x 6 tokens = 24 accumulators; GEMV: 8 rows x 1 token.
+//   BF16 weights,    GEMM: 4 rows x 4 tokens (even/odd halves); GEMV: 8 rows x 1 token.
 //   quantized,     GEMM: 4 rows x 4 tokens = 16 accumulators; GEMV: 8 rows x 1 token.
 // Quantized weights are processed two 32-blocks per zmm (lanes 0-7 block 2p, lanes
 // 8-15 block 2p+1); an odd last block runs with the upper half zeroed. As in every

@@ -11,7 +11,8 @@
 //   F32/F16/BF16 weights: one vector accumulator of V lanes (V = 1x8 generic, 8 AVX2,
 //     16 AVX-512) walks k in steps of V with FMA (the weight converted to f32 on the
 //     fly, exactly); a zero-padded partial step covers cols % V; the lanes are then
-//     summed in a fixed tree.
+//     summed in a fixed tree. (AVX-512 BF16: per chunk of 32, even elements then odd
+//     ones, against x repacked to match; see matmul_avx512.cc.)
 //   Q8_0/Q4_0 weights: per 32-block an exact integer dot product of the weight codes
 //     with the int8 activation codes, converted to f32 and accumulated as
 //     acc += float(sumi) * (d_w * d_x) into lane-wise accumulators, lanes summed in a
