@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "engine/generator.h"
 #include "kv/kv_cache_config.h"
+#include "model/dummy_weights.h"
 #include "model/model.h"
 #include "tests/test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -189,6 +190,73 @@ TEST_F(EngineTest, InvalidRequestsAreRejectedWithoutHarm) {
   const auto specs = Specs(2, 20, 5, false);
   const auto out = RunAll(e, specs);
   EXPECT_EQ(out.size(), 2u);
+}
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// A small random model with a long context, for prefix-caching scenarios.
+std::unique_ptr<Model> SmallLongContextModel() {
+  ModelSpec s;
+  s.name = "test-long";
+  s.architecture = "llama";
+  s.vocab_size = 512;
+  s.dim = 64;
+  s.num_layers = 2;
+  s.num_heads = 4;
+  s.num_kv_heads = 2;
+  s.head_dim = 16;
+  s.ffn_dim = 128;
+  s.rope.dim = 16;
+  s.max_position = 2048;
+  s.tied_embeddings = true;
+  return MakeDummyModel(s, "f32", 3);
+}
+
+TEST(PrefixCachingTest, SharedPrefixOf1024TokensGivesIdenticalOutputsWithAndWithoutCaching) {
+  auto model = SmallLongContextModel();
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 16; ++i) {
+    RequestSpec r;
+    for (int j = 0; j < 1024; ++j) r.prompt.push_back(1 + (j * 7) % 500);  // the shared prefix
+    for (int j = 0; j < 8 + i; ++j) r.prompt.push_back(1 + (i * 31 + j * 13) % 500);
+    r.sampling.temperature = 0;
+    r.max_tokens = 6;
+    r.ignore_eos = true;
+    specs.push_back(r);
+  }
+  auto run = [&](bool caching) {
+    EngineConfig c;
+    c.kv.num_blocks = 2048;
+    c.kv.block_size = 16;
+    c.kv.dtype = KVCacheDType::kF32;
+    c.scheduler.max_model_len = 2048;
+    c.scheduler.max_num_batched_tokens = 2048;
+    c.enable_prefix_caching = caching;
+    Engine e(*model, nullptr, c);
+    std::vector<std::vector<int32_t>> outs;
+    // One request at a time, as arrivals spaced apart: each later one can hit the prefix.
+    for (const auto& s : specs) {
+      const int64_t id = e.AddRequest(s);
+      std::vector<int32_t> ids;
+      while (e.HasUnfinished()) {
+        for (const auto& o : e.Step()) {
+          if (o.request_id == id) ids.insert(ids.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+        }
+      }
+      outs.push_back(ids);
+    }
+    return std::make_pair(outs, e.Stats().prefix_cache);
+  };
+  const auto [with, stats_on] = run(true);
+  const auto [without, stats_off] = run(false);
+  EXPECT_EQ(with, without);
+  // 15 of the 16 requests hit the 64 full blocks of the shared prefix.
+  EXPECT_EQ(stats_on.num_hit_tokens, 15 * 1024);
+  EXPECT_EQ(stats_off.num_hit_tokens, 0);
 }
 
 }  // namespace
