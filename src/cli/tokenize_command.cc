@@ -90,7 +90,8 @@ int RunTokenize(const TokenizeFlags& flags, bool text_given, bool ids_given) {
 
 void AddTokenizeCommand(CLI::App& root, Action* action) {
   auto flags = std::make_shared<TokenizeFlags>();
-  CLI::App* cmd = root.add_subcommand("tokenize", "Print the token ids of a text (or the text of ids)");
+  CLI::App* cmd =
+      root.add_subcommand("tokenize", "Print the token ids of a text (or the text of ids)");
   cmd->add_option("--model", flags->model,
                   "a .gguf, a llama2.c .bin (with --tokenizer) or a Hugging Face directory")
       ->required();
@@ -107,7 +108,8 @@ void AddTokenizeCommand(CLI::App& root, Action* action) {
     bool text_given = text->count() > 0;
     bool ids_given = ids->count() > 0;
     if (ids_given && !flags->detokenize) throw CLI::ValidationError("--ids", "needs --detokenize");
-    if (text_given && flags->detokenize) throw CLI::ValidationError("--text", "not with --detokenize");
+    if (text_given && flags->detokenize)
+      throw CLI::ValidationError("--text", "not with --detokenize");
     *action = [flags, text_given, ids_given] { return RunTokenize(*flags, text_given, ids_given); };
   });
 }

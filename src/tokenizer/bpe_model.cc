@@ -99,7 +99,8 @@ void BpeModel::Encode(std::string_view word, std::vector<int32_t>* out) const {
     Symbol& l = symbols[c.left];
     Symbol& r = symbols[c.right];
     // Stale when either side changed since the candidate was queued.
-    if (l.size == 0 || r.size == 0 || l.next != c.right || l.id != c.left_id || r.id != c.right_id) {
+    if (l.size == 0 || r.size == 0 || l.next != c.right || l.id != c.left_id ||
+        r.id != c.right_id) {
       continue;
     }
     l.size += r.size;

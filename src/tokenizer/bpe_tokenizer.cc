@@ -35,7 +35,8 @@ BpeTokenizer::BpeTokenizer(BpeTokenizerConfig config)
   for (int32_t id : config_.suffix_ids) check(id, "post-processor");
   special_.assign(n, false);
   for (int64_t i = 0; i < n; ++i) {
-    special_[i] = config_.types[i] == TokenType::kControl || config_.types[i] == TokenType::kUnknown;
+    special_[i] =
+        config_.types[i] == TokenType::kControl || config_.types[i] == TokenType::kUnknown;
   }
   for (const AddedToken& t : config_.added_tokens) {
     check(t.id, "added token");

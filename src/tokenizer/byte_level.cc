@@ -16,7 +16,8 @@ struct ByteTables {
   ByteTables() {
     int extra = 0;
     for (int b = 0; b < 256; ++b) {
-      bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      bool printable =
+          (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
       uint32_t cp = printable ? b : 256 + extra++;
       AppendUtf8(cp, &byte_to_char[b]);
       char_to_byte[cp] = static_cast<uint8_t>(b);

@@ -126,7 +126,8 @@ class MetaspaceDec final : public Decoder {
 }  // namespace
 
 std::unique_ptr<Decoder> MakeByteLevelDecoder() { return std::make_unique<ByteLevelDec>(); }
-std::unique_ptr<Decoder> MakeReplaceDecoder(const std::string& pattern, const std::string& content) {
+std::unique_ptr<Decoder> MakeReplaceDecoder(const std::string& pattern,
+                                            const std::string& content) {
   return std::make_unique<ReplaceDec>(pattern, content);
 }
 std::unique_ptr<Decoder> MakeByteFallbackDecoder() { return std::make_unique<ByteFallbackDec>(); }

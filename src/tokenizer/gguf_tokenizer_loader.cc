@@ -19,7 +19,8 @@ namespace {
 // llama.cpp default when absent (if it is inside the vocabulary).
 int32_t OptionalId(const GgufFile& gguf, const std::string& key, int64_t fallback,
                    size_t num_tokens) {
-  if (!gguf.Has(key)) return fallback >= 0 && fallback < static_cast<int64_t>(num_tokens) ? fallback : -1;
+  if (!gguf.Has(key))
+    return fallback >= 0 && fallback < static_cast<int64_t>(num_tokens) ? fallback : -1;
   int64_t v = gguf.GetInt(key);
   if (v < 0 || v == 0xFFFFFFFFLL) return -1;
   PAGODA_ENSURE(v < static_cast<int64_t>(num_tokens), ErrorCode::kCorruptData,
@@ -33,14 +34,15 @@ std::vector<TokenType> ReadTypes(const GgufFile& gguf, size_t n) {
   if (!gguf.Has("tokenizer.ggml.token_type")) return types;
   std::vector<int64_t> raw = gguf.GetIntArray("tokenizer.ggml.token_type");
   PAGODA_ENSURE(raw.size() == n, ErrorCode::kCorruptData,
-                gguf.path() << ": tokenizer.ggml.token_type has " << raw.size()
-                            << " entries for " << n << " tokens");
+                gguf.path() << ": tokenizer.ggml.token_type has " << raw.size() << " entries for "
+                            << n << " tokens");
   for (size_t i = 0; i < n; ++i) types[i] = TokenTypeFromInt(raw[i]);
   return types;
 }
 
 // EOS plus the end-of-turn tokens generation should also stop at.
-std::vector<int32_t> EndOfGenerationIds(const GgufFile& gguf, const std::vector<std::string>& tokens,
+std::vector<int32_t> EndOfGenerationIds(const GgufFile& gguf,
+                                        const std::vector<std::string>& tokens,
                                         const std::vector<TokenType>& types, int64_t eos_default) {
   std::vector<int32_t> ids;
   auto add = [&](int32_t id) {
@@ -49,8 +51,8 @@ std::vector<int32_t> EndOfGenerationIds(const GgufFile& gguf, const std::vector<
   add(OptionalId(gguf, "tokenizer.ggml.eos_token_id", eos_default, tokens.size()));
   add(OptionalId(gguf, "tokenizer.ggml.eot_token_id", -1, tokens.size()));
   add(OptionalId(gguf, "tokenizer.ggml.eom_token_id", -1, tokens.size()));
-  static const char* const kEndOfTurn[] = {"<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|end|>",
-                                           "<end_of_turn>", "<|end_of_text|>"};
+  static const char* const kEndOfTurn[] = {"<|eot_id|>", "<|eom_id|>",    "<|im_end|>",
+                                           "<|end|>",    "<end_of_turn>", "<|end_of_text|>"};
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (types[i] != TokenType::kControl && types[i] != TokenType::kUserDefined) continue;
     for (const char* t : kEndOfTurn) {
@@ -67,8 +69,9 @@ std::unordered_set<int32_t> RstripIds(const GgufFile& gguf, const std::vector<st
                                       const std::vector<TokenType>& types) {
   std::unordered_set<int32_t> ids;
   std::string name = gguf.GetString("general.name", "");
-  std::transform(name.begin(), name.end(), name.begin(),
-                 [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
+  std::transform(name.begin(), name.end(), name.begin(), [](char c) {
+    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  });
   if (name.find("phi-3") == std::string::npos && name.find("phi3") == std::string::npos) return ids;
   for (size_t i = 0; i < tokens.size(); ++i) {
     bool special = types[i] == TokenType::kControl || types[i] == TokenType::kUserDefined ||
@@ -161,7 +164,8 @@ std::unique_ptr<Tokenizer> LoadGgufTokenizer(const GgufFile& gguf) {
   if (model == "gpt2") return LoadGgufBpe(gguf, std::move(tokens));
   (ErrorBuilder(ErrorCode::kUnsupported)
    << gguf.path() << ": tokenizer.ggml.model \"" << model
-   << "\" is not supported (pagoda reads \"llama\" and \"gpt2\" vocabularies)").Raise();
+   << "\" is not supported (pagoda reads \"llama\" and \"gpt2\" vocabularies)")
+      .Raise();
 }
 
 }  // namespace pagoda

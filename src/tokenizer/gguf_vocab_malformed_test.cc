@@ -109,33 +109,42 @@ std::unique_ptr<Tokenizer> Load(const std::string& path) {
 }
 
 TEST(GgufVocabMalformedTest, ValidMinimalVocabLoads) {
-  std::string path = SpmBase().F32s("tokenizer.ggml.scores", {0, 0, 0, -1, -2, -3}).Write("ok.gguf");
+  std::string path =
+      SpmBase().F32s("tokenizer.ggml.scores", {0, 0, 0, -1, -2, -3}).Write("ok.gguf");
   auto tok = Load(path);
   EXPECT_EQ(tok->Encode("ab", EncodeOptions()), (std::vector<int32_t>{1, 3, 4, 5}));
 }
 
 TEST(GgufVocabMalformedTest, MissingOrWrongTypedKeys) {
-  ExpectError([] { Load(GgufBuilder().Strs("tokenizer.ggml.tokens", kTokens).Write("nomodel.gguf")); },
-              {"nomodel.gguf", "tokenizer.ggml.model"});
-  ExpectError([] { Load(GgufBuilder().Str("tokenizer.ggml.model", "llama").Write("notokens.gguf")); },
-              {"notokens.gguf", "tokenizer.ggml.tokens"});
+  ExpectError(
+      [] { Load(GgufBuilder().Strs("tokenizer.ggml.tokens", kTokens).Write("nomodel.gguf")); },
+      {"nomodel.gguf", "tokenizer.ggml.model"});
+  ExpectError(
+      [] { Load(GgufBuilder().Str("tokenizer.ggml.model", "llama").Write("notokens.gguf")); },
+      {"notokens.gguf", "tokenizer.ggml.tokens"});
   ExpectError([] { Load(SpmBase().Str("tokenizer.ggml.model", "bert").Write("bert.gguf")); },
               {"bert.gguf"});
   ExpectError(
       [] {
-        Load(GgufBuilder().Str("tokenizer.ggml.model", "llama").I32s("tokenizer.ggml.tokens", {1, 2}).Write(
-            "inttokens.gguf"));
+        Load(GgufBuilder()
+                 .Str("tokenizer.ggml.model", "llama")
+                 .I32s("tokenizer.ggml.tokens", {1, 2})
+                 .Write("inttokens.gguf"));
       },
       {"inttokens.gguf", "tokenizer.ggml.tokens"});
   ExpectError([] { Load(SpmBase().Str("tokenizer.ggml.scores", "x").Write("strscores.gguf")); },
               {"strscores.gguf", "tokenizer.ggml.scores"});
-  ExpectError([] { Load(SpmBase().Strs("tokenizer.ggml.add_bos_token", {"x"}).Write("bos_type.gguf")); },
-              {"bos_type.gguf", "add_bos_token"});
+  ExpectError(
+      [] { Load(SpmBase().Strs("tokenizer.ggml.add_bos_token", {"x"}).Write("bos_type.gguf")); },
+      {"bos_type.gguf", "add_bos_token"});
 }
 
 TEST(GgufVocabMalformedTest, LengthMismatchesAndBadIds) {
-  ExpectError([] { Load(SpmBase().F32s("tokenizer.ggml.scores", {0, 1}).Write("scores.gguf")); },
-              {"scores.gguf", "tokenizer.ggml.scores has 2 entries for 6 tokens"});
+  ExpectError(
+      [] {
+        Load(SpmBase().F32s("tokenizer.ggml.scores", {0, 1}).Write("scores.gguf"));
+      },
+      {"scores.gguf", "tokenizer.ggml.scores has 2 entries for 6 tokens"});
   ExpectError([] { Load(SpmBase().I32s("tokenizer.ggml.token_type", {1}).Write("types.gguf")); },
               {"types.gguf", "token_type"});
   ExpectError([] { Load(SpmBase().I32("tokenizer.ggml.bos_token_id", 600).Write("bos.gguf")); },
@@ -144,8 +153,10 @@ TEST(GgufVocabMalformedTest, LengthMismatchesAndBadIds) {
               {"eos.gguf", "eos_token_id"});
   ExpectError(
       [] {
-        Load(GgufBuilder().Str("tokenizer.ggml.model", "llama").Strs("tokenizer.ggml.tokens", {}).Write(
-            "empty.gguf"));
+        Load(GgufBuilder()
+                 .Str("tokenizer.ggml.model", "llama")
+                 .Strs("tokenizer.ggml.tokens", {})
+                 .Write("empty.gguf"));
       },
       {"empty.gguf", "empty"});
 }
@@ -158,14 +169,20 @@ TEST(GgufVocabMalformedTest, Gpt2MergesAndPreType) {
   };
   ExpectError([&] { Load(base().Strs("tokenizer.ggml.merges", {"ab"}).Write("merge.gguf")); },
               {"merge.gguf", "tokenizer.ggml.merges[0]"});
-  ExpectError([&] { Load(base().Write("nomerges.gguf")); }, {"nomerges.gguf", "tokenizer.ggml.merges"});
+  ExpectError([&] { Load(base().Write("nomerges.gguf")); },
+              {"nomerges.gguf", "tokenizer.ggml.merges"});
   ExpectError(
       [&] {
-        Load(base().Strs("tokenizer.ggml.merges", {"a b"}).Str("tokenizer.ggml.pre", "klingon").Write(
-            "pre.gguf"));
+        Load(base()
+                 .Strs("tokenizer.ggml.merges", {"a b"})
+                 .Str("tokenizer.ggml.pre", "klingon")
+                 .Write("pre.gguf"));
       },
       {"pre.gguf", "klingon"});
-  auto tok = Load(base().Strs("tokenizer.ggml.merges", {"a b"}).Str("tokenizer.ggml.pre", "gpt-2").Write("ok2.gguf"));
+  auto tok = Load(base()
+                      .Strs("tokenizer.ggml.merges", {"a b"})
+                      .Str("tokenizer.ggml.pre", "gpt-2")
+                      .Write("ok2.gguf"));
   EXPECT_EQ(tok->Encode("ab", EncodeOptions()), (std::vector<int32_t>{2}));
 }
 

@@ -45,14 +45,15 @@ std::vector<std::vector<int32_t>> ReadOutputs(const std::string& text) {
 class GgufVocabTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GgufVocabTest, MatchesLlamaCppVectors) {
-  std::string path = TokFixture(std::string("tokenizers/gguf-vocab/ggml-vocab-") + GetParam() + ".gguf");
+  std::string path =
+      TokFixture(std::string("tokenizers/gguf-vocab/ggml-vocab-") + GetParam() + ".gguf");
   GgufFile gguf(path);
   std::unique_ptr<Tokenizer> tok = LoadGgufTokenizer(gguf);
   ASSERT_NE(tok, nullptr);
-  std::vector<std::string> inputs = SplitInputs(ReadAll(TokFixture(
-      std::string("tokenizers/gguf-vocab/ggml-vocab-") + GetParam() + ".gguf.inp")));
-  std::vector<std::vector<int32_t>> expected = ReadOutputs(ReadAll(TokFixture(
-      std::string("tokenizers/gguf-vocab/ggml-vocab-") + GetParam() + ".gguf.out")));
+  std::vector<std::string> inputs = SplitInputs(ReadAll(
+      TokFixture(std::string("tokenizers/gguf-vocab/ggml-vocab-") + GetParam() + ".gguf.inp")));
+  std::vector<std::vector<int32_t>> expected = ReadOutputs(ReadAll(
+      TokFixture(std::string("tokenizers/gguf-vocab/ggml-vocab-") + GetParam() + ".gguf.out")));
   ASSERT_EQ(inputs.size(), expected.size());
   ASSERT_GT(inputs.size(), 40u);
   EncodeOptions options;
@@ -67,8 +68,8 @@ TEST_P(GgufVocabTest, MatchesLlamaCppVectors) {
 }
 
 TEST(GgufVocabTest, EveryVocabFileHasATest) {
-  const std::set<std::string> tested = {"llama-spm", "phi-3", "gpt-2", "deepseek-llm", "falcon",
-                                        "starcoder"};
+  const std::set<std::string> tested = {"llama-spm",    "phi-3",  "gpt-2",
+                                        "deepseek-llm", "falcon", "starcoder"};
   for (const auto& entry :
        std::filesystem::directory_iterator(TokFixture("tokenizers/gguf-vocab"))) {
     std::string name = entry.path().filename().string();

@@ -35,7 +35,8 @@ TEST(GoldenTest, Llama2SentencePieceModelMatchesSentencepiece) {
 }
 
 TEST(GoldenTest, Llama2GgufVocabMatchesSentencepiece) {
-  auto tok = LoadTokenizerForModel(TokFixture("tokenizers/gguf-vocab/ggml-vocab-llama-spm.gguf"), "", 0);
+  auto tok =
+      LoadTokenizerForModel(TokFixture("tokenizers/gguf-vocab/ggml-vocab-llama-spm.gguf"), "", 0);
   ExpectGolden(*tok, TokFixture("tokenizers/llama2-spm/golden.json"), false);
 }
 

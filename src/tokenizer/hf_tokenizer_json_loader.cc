@@ -106,7 +106,8 @@ void AddNormalizers(const json& j, const Ctx& ctx, std::vector<std::unique_ptr<N
   } else if (type == "Lowercase") {
     out->push_back(MakeLowercaseNormalizer());
   } else if (type == "Strip") {
-    out->push_back(MakeStripNormalizer(Bool(j, "strip_left", ctx, true), Bool(j, "strip_right", ctx, true)));
+    out->push_back(
+        MakeStripNormalizer(Bool(j, "strip_left", ctx, true), Bool(j, "strip_right", ctx, true)));
   } else {
     ctx.Unsupported("normalizer \"" + type + "\" is not supported");
   }
@@ -122,7 +123,8 @@ SplitBehavior Behavior(const json& j, const Ctx& ctx) {
   ctx.At("behavior").Fail("unknown value \"" + b + "\"");
 }
 
-void AddPreTokenizers(const json& j, const Ctx& ctx, std::vector<std::unique_ptr<PreTokenizer>>* out) {
+void AddPreTokenizers(const json& j, const Ctx& ctx,
+                      std::vector<std::unique_ptr<PreTokenizer>>* out) {
   if (j.is_null()) return;
   std::string type = Str(j, "type", ctx, "");
   if (type == "Sequence") {
@@ -139,7 +141,8 @@ void AddPreTokenizers(const json& j, const Ctx& ctx, std::vector<std::unique_ptr
   } else if (type == "Split") {
     bool literal = false;
     std::string pattern = Pattern(j, ctx, &literal);
-    out->push_back(MakeRegexSplit(pattern, Behavior(j, ctx), Bool(j, "invert", ctx, false), literal));
+    out->push_back(
+        MakeRegexSplit(pattern, Behavior(j, ctx), Bool(j, "invert", ctx, false), literal));
   } else if (type == "Metaspace") {
     out->push_back(MakeMetaspace(Str(j, "replacement", ctx, "\xE2\x96\x81"), Scheme(j, ctx),
                                  Bool(j, "split", ctx, true)));
@@ -273,7 +276,8 @@ void ReadPostProcessor(const json& j, const Ctx& ctx, BpeTokenizerConfig* config
     }
     return;
   }
-  if (type != "TemplateProcessing") ctx.Unsupported("post-processor \"" + type + "\" is not supported");
+  if (type != "TemplateProcessing")
+    ctx.Unsupported("post-processor \"" + type + "\" is not supported");
   const json& single = Array(j, "single", ctx);
   const json& specials = Member(j, "special_tokens", ctx);
   bool after_text = false;
@@ -340,7 +344,8 @@ void ApplyTokenizerConfig(const json* cfg, BpeTokenizerConfig* c) {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> LoadTokenizerJson(const std::string& path, const json* tokenizer_config) {
+std::unique_ptr<Tokenizer> LoadTokenizerJson(const std::string& path,
+                                             const json* tokenizer_config) {
   std::string text = ReadTextFile(path);
   json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   PAGODA_ENSURE(!root.is_discarded(), ErrorCode::kCorruptData, path << ": not valid JSON");

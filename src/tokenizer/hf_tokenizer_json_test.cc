@@ -60,10 +60,9 @@ json LlamaTokenizerJson(const SpmVocab& v) {
   const std::string meta = "\xE2\x96\x81";
   return {
       {"version", "1.0"},
-      {"added_tokens",
-       json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
-                    {{"id", 1}, {"content", "<s>"}, {"special", true}},
-                    {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
+      {"added_tokens", json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+                                    {{"id", 1}, {"content", "<s>"}, {"special", true}},
+                                    {{"id", 2}, {"content", "</s>"}, {"special", true}}})},
       {"normalizer",
        {{"type", "Sequence"},
         {"normalizers",
@@ -77,10 +76,11 @@ json LlamaTokenizerJson(const SpmVocab& v) {
         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}}},
       {"decoder",
        {{"type", "Sequence"},
-        {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", meta}}}, {"content", " "}},
-                                  {{"type", "ByteFallback"}},
-                                  {{"type", "Fuse"}},
-                                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
+        {"decoders",
+         json::array({{{"type", "Replace"}, {"pattern", {{"String", meta}}}, {"content", " "}},
+                      {{"type", "ByteFallback"}},
+                      {{"type", "Fuse"}},
+                      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
       {"model",
        {{"type", "BPE"},
         {"unk_token", "<unk>"},
@@ -96,7 +96,8 @@ TEST(HfTokenizerJsonTest, SentencePieceStyleJsonMatchesTheModel) {
   std::string model_path = TokFixture("tokenizers/llama2-spm/tokenizer.model");
   auto model = LoadSentencePieceModel(model_path, nullptr);
   const auto& spm = dynamic_cast<const SpmTokenizer&>(*model);
-  std::string json_path = WriteTemp("llama_json/tokenizer.json", LlamaTokenizerJson(spm.vocab()).dump());
+  std::string json_path =
+      WriteTemp("llama_json/tokenizer.json", LlamaTokenizerJson(spm.vocab()).dump());
   auto tok = LoadTokenizerJson(json_path, nullptr);
   EXPECT_TRUE(tok->add_bos());
   EXPECT_EQ(tok->bos_id(), 1);
@@ -121,7 +122,10 @@ TEST(HfTokenizerJsonTest, SplitBehaviors) {
   auto with_split = [](const char* behavior, bool invert) {
     return json{{"model", TinyBpe()},
                 {"pre_tokenizer",
-                 {{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", invert}}}};
+                 {{"type", "Split"},
+                  {"pattern", {{"String", "-"}}},
+                  {"behavior", behavior},
+                  {"invert", invert}}}};
   };
   // "ab-ab": Isolated keeps "-" alone; Removed drops it; merges never cross a split.
   EXPECT_EQ(FromJson("iso.json", with_split("Isolated", false))->Encode("ab-ab", {}),
@@ -141,8 +145,9 @@ TEST(HfTokenizerJsonTest, SplitBehaviors) {
 
 TEST(HfTokenizerJsonTest, AddedTokensSpecialOnlyWhenParsed) {
   json j = {{"model", TinyBpe()},
-            {"added_tokens", json::array({{{"id", 6}, {"content", "<x>"}, {"special", true}},
-                                          {{"id", 7}, {"content", "cc"}, {"special", false}, {"rstrip", true}}})}};
+            {"added_tokens",
+             json::array({{{"id", 6}, {"content", "<x>"}, {"special", true}},
+                          {{"id", 7}, {"content", "cc"}, {"special", false}, {"rstrip", true}}})}};
   auto tok = FromJson("added.json", j);
   EncodeOptions plain;
   EncodeOptions parse;
@@ -152,7 +157,8 @@ TEST(HfTokenizerJsonTest, AddedTokensSpecialOnlyWhenParsed) {
   EXPECT_EQ(tok->Encode("ab<x>", parse), (std::vector<int32_t>{4, 6}));
   EXPECT_TRUE(tok->IsSpecial(6));
   EXPECT_FALSE(tok->IsSpecial(7));
-  EXPECT_EQ(tok->Decode(std::vector<int32_t>{4, 6, 7}), "ab cc");  // no decoder: pieces joined by ' '
+  EXPECT_EQ(tok->Decode(std::vector<int32_t>{4, 6, 7}),
+            "ab cc");  // no decoder: pieces joined by ' '
 }
 
 }  // namespace

@@ -14,8 +14,8 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool 
 std::string IncrementalDetokenizer::Add(int32_t id) {
   ids_.push_back(id);
   std::span<const int32_t> all(ids_);
-  std::string prefix = tokenizer_.Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_),
-                                         skip_special_);
+  std::string prefix =
+      tokenizer_.Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_);
   std::string text = tokenizer_.Decode(all.subspan(prefix_offset_), skip_special_);
   if (text.size() <= prefix.size() || CompleteUtf8Prefix(text) != text.size()) return "";
   std::string fresh = text.substr(prefix.size());
@@ -27,8 +27,8 @@ std::string IncrementalDetokenizer::Add(int32_t id) {
 
 std::string IncrementalDetokenizer::Flush() {
   std::span<const int32_t> all(ids_);
-  std::string prefix = tokenizer_.Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_),
-                                         skip_special_);
+  std::string prefix =
+      tokenizer_.Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_);
   std::string text = tokenizer_.Decode(all.subspan(prefix_offset_), skip_special_);
   prefix_offset_ = read_offset_ = ids_.size();
   if (text.size() <= prefix.size()) return "";

@@ -35,8 +35,9 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int64_t
   auto read_i32 = [&](const char* what, int64_t index) {
     if (size - pos < 4) {
       (ErrorBuilder(ErrorCode::kCorruptData)
-          << path << ": truncated at byte " << pos << " reading the " << what << " of token "
-          << index << " (a llama2.c tok*.bin needs " << vocab_size << " tokens)").Raise();
+       << path << ": truncated at byte " << pos << " reading the " << what << " of token " << index
+       << " (a llama2.c tok*.bin needs " << vocab_size << " tokens)")
+          .Raise();
     }
     int32_t v;
     std::memcpy(&v, data + pos, 4);
@@ -45,11 +46,11 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int64_t
   };
   if (size < 4) {
     (ErrorBuilder(ErrorCode::kCorruptData)
-        << path << ": " << size << " bytes is too short for a llama2.c tokenizer header").Raise();
+     << path << ": " << size << " bytes is too short for a llama2.c tokenizer header")
+        .Raise();
   }
   int32_t max_token_length = read_i32("header", -1);
-  PAGODA_ENSURE(max_token_length > 0 && max_token_length <= kMaxPieceBytes,
-                ErrorCode::kCorruptData,
+  PAGODA_ENSURE(max_token_length > 0 && max_token_length <= kMaxPieceBytes, ErrorCode::kCorruptData,
                 path << ": max_token_length " << max_token_length
                      << " is implausible; is this a llama2.c tok*.bin?");
   PAGODA_ENSURE(vocab_size <= (int64_t{1} << 24), ErrorCode::kInvalidArgument,
@@ -66,8 +67,9 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int64_t
     int32_t len = read_i32("length", i);
     if (len < 0 || len > kMaxPieceBytes || static_cast<size_t>(len) > size - pos) {
       (ErrorBuilder(ErrorCode::kCorruptData)
-          << path << ": token " << i << " at byte " << pos - 4 << " claims " << len
-          << " bytes but " << size - pos << " remain").Raise();
+       << path << ": token " << i << " at byte " << pos - 4 << " claims " << len << " bytes but "
+       << size - pos << " remain")
+          .Raise();
     }
     std::string_view piece(reinterpret_cast<const char*>(data + pos), len);
     pos += len;
@@ -83,8 +85,9 @@ std::unique_ptr<Tokenizer> LoadLlama2cTokenizer(const std::string& path, int64_t
     vocab.scores.push_back(score);
     vocab.types.push_back(type);
   }
-  PAGODA_ENSURE(vocab.pieces.size() >= 3, ErrorCode::kCorruptData,
-                path << ": only " << vocab.pieces.size() << " tokens; llama2.c needs <unk>, <s>, </s>");
+  PAGODA_ENSURE(
+      vocab.pieces.size() >= 3, ErrorCode::kCorruptData,
+      path << ": only " << vocab.pieces.size() << " tokens; llama2.c needs <unk>, <s>, </s>");
   vocab.unk_id = 0;
   vocab.bos_id = 1;
   vocab.eos_ids = {2};

@@ -49,7 +49,8 @@ std::string Float(float v) { return std::string(reinterpret_cast<const char*>(&v
 
 TEST(MalformedInputTest, Llama2cTruncatedAnywhere) {
   std::string good = ReadAll(TokFixture("models/stories260K/tok512.bin"));
-  for (size_t cut : {size_t{0}, size_t{2}, size_t{4}, size_t{9}, good.size() / 2, good.size() - 1}) {
+  for (size_t cut :
+       {size_t{0}, size_t{2}, size_t{4}, size_t{9}, good.size() / 2, good.size() - 1}) {
     std::string path = WriteTemp("tok_cut.bin", good.substr(0, cut));
     ExpectError([&] { LoadLlama2cTokenizer(path, 512); }, path);
   }
@@ -132,7 +133,8 @@ TEST(MalformedInputTest, TokenizerJsonBadDocuments) {
       {"not_json", "{\"model\": ", "not valid JSON"},
       {"array_root", "[1, 2]", "expected a JSON object"},
       {"no_model", "{}", "$.model: missing"},
-      {"vocab_array", R"({"model": {"type": "BPE", "vocab": ["a"], "merges": []}})", "$.model.vocab"},
+      {"vocab_array", R"({"model": {"type": "BPE", "vocab": ["a"], "merges": []}})",
+       "$.model.vocab"},
       {"vocab_string_id", R"({"model": {"type": "BPE", "vocab": {"a": "0"}, "merges": []}})",
        "expected an integer"},
       {"vocab_huge_id", R"({"model": {"type": "BPE", "vocab": {"a": 99999999999}, "merges": []}})",
@@ -149,8 +151,8 @@ TEST(MalformedInputTest, TokenizerJsonBadDocuments) {
       {"pre_bad_regex",
        "{" + ok_model + R"(, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(["}}})",
        "does not compile"},
-      {"pre_bad_pattern",
-       "{" + ok_model + R"(, "pre_tokenizer": {"type": "Split", "pattern": 7}})", "pattern"},
+      {"pre_bad_pattern", "{" + ok_model + R"(, "pre_tokenizer": {"type": "Split", "pattern": 7}})",
+       "pattern"},
       {"bool_as_string",
        "{" + ok_model + R"(, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": "yes"}})",
        "add_prefix_space"},
@@ -166,7 +168,8 @@ TEST(MalformedInputTest, TokenizerJsonBadDocuments) {
   for (const Case& c : cases) {
     std::string message = LoadJsonError(std::string("bad_") + c.name + ".json", c.text);
     EXPECT_NE(message.find(c.needle), std::string::npos) << c.name << ": \"" << message << "\"";
-    EXPECT_NE(message.find(c.name), std::string::npos) << c.name << ": no file name in \"" << message << "\"";
+    EXPECT_NE(message.find(c.name), std::string::npos)
+        << c.name << ": no file name in \"" << message << "\"";
   }
 }
 
@@ -179,10 +182,11 @@ TEST(MalformedInputTest, TokenizerJsonTruncatedAnywhere) {
 }
 
 TEST(MalformedInputTest, TokenizerConfigWrongTypes) {
-  std::string dir = std::filesystem::path(WriteTemp("hf/tokenizer.json",
-                                                    ReadAll(TokFixture("tokenizers/gpt2-2k/tokenizer.json"))))
-                        .parent_path()
-                        .string();
+  std::string dir =
+      std::filesystem::path(
+          WriteTemp("hf/tokenizer.json", ReadAll(TokFixture("tokenizers/gpt2-2k/tokenizer.json"))))
+          .parent_path()
+          .string();
   WriteTemp("hf/tokenizer_config.json", R"({"add_bos_token": "true"})");
   ExpectError([&] { LoadHfTokenizer(dir); }, "add_bos_token");
   WriteTemp("hf/tokenizer_config.json", R"({"bos_token": 3})");

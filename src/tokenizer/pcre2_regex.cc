@@ -13,8 +13,9 @@ namespace pagoda {
 Pcre2Regex::Pcre2Regex(const std::string& pattern, const std::string& context, bool literal)
     : pattern_(pattern) {
   // PCRE2_LITERAL allows only a few other options (no UCP, no DOLLAR_ENDONLY).
-  uint32_t options = literal ? PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_LITERAL
-                             : PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY;
+  uint32_t options = literal
+                         ? PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_LITERAL
+                         : PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY;
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
@@ -24,7 +25,8 @@ Pcre2Regex::Pcre2Regex(const std::string& pattern, const std::string& context, b
     pcre2_get_error_message(error, message, sizeof(message));
     (ErrorBuilder(ErrorCode::kInvalidArgument)
      << context << ": regex \"" << pattern << "\" does not compile at offset " << offset << ": "
-     << reinterpret_cast<const char*>(message)).Raise();
+     << reinterpret_cast<const char*>(message))
+        .Raise();
   }
   pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // best effort; falls back to the interpreter
 }

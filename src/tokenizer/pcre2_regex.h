@@ -26,8 +26,7 @@ class Pcre2Regex {
   // Calls fn(start, end) for each non-overlapping match, left to right. Empty
   // matches are reported too (as split points); the search then moves on by one
   // character.
-  void ForEachMatch(std::string_view subject,
-                    const std::function<void(size_t, size_t)>& fn) const;
+  void ForEachMatch(std::string_view subject, const std::function<void(size_t, size_t)>& fn) const;
 
   const std::string& pattern() const { return pattern_; }
 

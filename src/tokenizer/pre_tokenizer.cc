@@ -117,7 +117,8 @@ class Metaspace final : public PreTokenizer {
       }
       bool prepend = scheme_ == PrependScheme::kAlways ||
                      (scheme_ == PrependScheme::kFirst && first_fragment && i == 0);
-      if (prepend && s.compare(0, replacement_.size(), replacement_) != 0) s.insert(0, replacement_);
+      if (prepend && s.compare(0, replacement_.size(), replacement_) != 0)
+        s.insert(0, replacement_);
       if (!split_) {
         out.push_back(std::move(s));
         continue;

@@ -44,16 +44,17 @@ std::vector<std::string> PreTokenizerRegexes(const std::string& pre, const std::
   }
   if (pre == "qwen2" || pre == "stablelm2") return {kQwen2};
   if (pre == "deepseek-llm") {
-    return {"[\\r\\n]", kDeepseekLlmLetters, "\\s?[!-/:-~！-／：-～‘-‟　-。]+", "\\s+$",
-            "[一-龥ࠀ-一가-퟿]+", "\\p{N}+"};
+    return {"[\\r\\n]", kDeepseekLlmLetters,        "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+            "\\s+$",    "[一-龥ࠀ-一가-퟿]+", "\\p{N}+"};
   }
   if (pre == "deepseek-coder") {
     return {"[\\r\\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"};
   }
   if (pre == "deepseek-v3") {
-    return {"\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
-            "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}"
-            "\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    return {
+        "\\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+",
+        "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}"
+        "\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
   }
   if (pre == "falcon") {
     return {"[\\p{P}\\$\\+<=>\\^~\\|`]+", kGpt2Pattern, "[0-9][0-9][0-9]"};

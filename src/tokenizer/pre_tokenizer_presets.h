@@ -10,6 +10,7 @@
 namespace pagoda {
 
 // Throws kUnsupported naming `context` and the type when it is unknown.
-std::vector<std::string> PreTokenizerRegexes(const std::string& pre_type, const std::string& context);
+std::vector<std::string> PreTokenizerRegexes(const std::string& pre_type,
+                                             const std::string& context);
 
 }  // namespace pagoda

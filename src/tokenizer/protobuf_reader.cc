@@ -47,8 +47,8 @@ bool ProtobufReader::Next(ProtobufField* f) {
     case 2: {
       uint64_t n = ReadVarint();
       if (n > data_.size() - pos_) {
-        Fail("field " + std::to_string(f->number) + " claims " + std::to_string(n) +
-             " bytes but " + std::to_string(data_.size() - pos_) + " remain");
+        Fail("field " + std::to_string(f->number) + " claims " + std::to_string(n) + " bytes but " +
+             std::to_string(data_.size() - pos_) + " remain");
       }
       f->bytes = data_.substr(pos_, n);
       pos_ += n;

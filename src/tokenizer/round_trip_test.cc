@@ -29,14 +29,19 @@ std::unique_ptr<Tokenizer> FromGguf(const std::string& rel) {
 std::vector<Source> Sources() {
   return {
       {"llama2_spm_model",
-       [] { return LoadTokenizerForModel("x", TokFixture("tokenizers/llama2-spm/tokenizer.model"), 0); }},
+       [] {
+         return LoadTokenizerForModel("x", TokFixture("tokenizers/llama2-spm/tokenizer.model"), 0);
+       }},
       {"hf_llama_gqa_dir", [] { return LoadHfTokenizer(TokFixture("models/hf/llama-gqa")); }},
-      {"gguf_llama_spm", [] { return FromGguf("tokenizers/gguf-vocab/ggml-vocab-llama-spm.gguf"); }},
+      {"gguf_llama_spm",
+       [] { return FromGguf("tokenizers/gguf-vocab/ggml-vocab-llama-spm.gguf"); }},
       {"gguf_phi3", [] { return FromGguf("tokenizers/gguf-vocab/ggml-vocab-phi-3.gguf"); }},
       {"gguf_gpt2", [] { return FromGguf("tokenizers/gguf-vocab/ggml-vocab-gpt-2.gguf"); }},
-      {"gguf_deepseek_llm", [] { return FromGguf("tokenizers/gguf-vocab/ggml-vocab-deepseek-llm.gguf"); }},
+      {"gguf_deepseek_llm",
+       [] { return FromGguf("tokenizers/gguf-vocab/ggml-vocab-deepseek-llm.gguf"); }},
       {"gguf_falcon", [] { return FromGguf("tokenizers/gguf-vocab/ggml-vocab-falcon.gguf"); }},
-      {"gguf_starcoder", [] { return FromGguf("tokenizers/gguf-vocab/ggml-vocab-starcoder.gguf"); }},
+      {"gguf_starcoder",
+       [] { return FromGguf("tokenizers/gguf-vocab/ggml-vocab-starcoder.gguf"); }},
       {"json_gpt2", [] { return LoadHfTokenizer(TokFixture("tokenizers/gpt2-bpe")); }},
       {"json_gpt2_2k", [] { return LoadHfTokenizer(TokFixture("tokenizers/gpt2-2k")); }},
       {"llama2c_tok512",

@@ -101,16 +101,15 @@ std::unique_ptr<Tokenizer> LoadSentencePieceModel(const std::string& path,
   PAGODA_ENSURE(trainer.model_type == 2, ErrorCode::kUnsupported,
                 path << ": sentencepiece model_type " << trainer.model_type
                      << " is not supported (only BPE = 2; Unigram models are not)");
-  PAGODA_ENSURE(!normalizer.has_charsmap || normalizer.name == "identity",
-                ErrorCode::kUnsupported,
+  PAGODA_ENSURE(!normalizer.has_charsmap || normalizer.name == "identity", ErrorCode::kUnsupported,
                 path << ": normalizer \"" << normalizer.name
                      << "\" with a precompiled charsmap is not supported (only identity)");
   const auto n = static_cast<int64_t>(vocab.pieces.size());
   auto id_or_none = [&](int64_t id, const char* what) -> int32_t {
     if (id < 0) return -1;
-    PAGODA_ENSURE(id < n, ErrorCode::kCorruptData,
-                  path << ": trainer_spec." << what << " = " << id << " is outside the "
-                       << n << " pieces");
+    PAGODA_ENSURE(
+        id < n, ErrorCode::kCorruptData,
+        path << ": trainer_spec." << what << " = " << id << " is outside the " << n << " pieces");
     return static_cast<int32_t>(id);
   };
   vocab.unk_id = id_or_none(trainer.unk_id, "unk_id");

@@ -45,7 +45,7 @@ int ParseBytePiece(std::string_view piece) {
   int value = 0;
   for (size_t i = 3; i < 5; ++i) {
     char c = piece[i];
-    int d = c >= '0' && c <= '9' ? c - '0'
+    int d = c >= '0' && c <= '9'   ? c - '0'
             : c >= 'A' && c <= 'F' ? c - 'A' + 10
             : c >= 'a' && c <= 'f' ? c - 'a' + 10
                                    : -1;
@@ -157,7 +157,8 @@ std::vector<int32_t> SpmTokenizer::Encode(std::string_view input,
   bool at_start = true;
   if (options.add_special_tokens && vocab_.add_bos) out.push_back(vocab_.bos_id);
   for (const TextFragment& f : specials_.Split(text, options.parse_special)) {
-    bool prefix = vocab_.add_space_prefix && (vocab_.prefix_after_special ? prev_special : at_start);
+    bool prefix =
+        vocab_.add_space_prefix && (vocab_.prefix_after_special ? prev_special : at_start);
     at_start = false;
     if (f.token_id >= 0) {
       // sentencepiece puts the dummy prefix before a leading user-defined piece.
@@ -184,8 +185,9 @@ void SpmTokenizer::AppendByteFallback(std::string_view symbol, std::vector<int32
     if (id < 0) id = vocab_.unk_id;
     if (id < 0) {
       (ErrorBuilder(ErrorCode::kInvalidArgument)
-          << vocab_.source << ": the text has a character the vocabulary cannot encode "
-          << "(no byte pieces and no unknown token)").Raise();
+       << vocab_.source << ": the text has a character the vocabulary cannot encode "
+       << "(no byte pieces and no unknown token)")
+          .Raise();
     }
     if (id >= 0) out->push_back(id);
   }
@@ -288,7 +290,8 @@ std::string SpmTokenizer::Decode(std::span<const int32_t> ids, bool skip_special
       continue;
     }
     if (type == TokenType::kUnknown) {
-      if (!skip_special || vocab_.llama2c_mode) out.append(vocab_.llama2c_mode ? piece : " \xE2\x81\x87 ");
+      if (!skip_special || vocab_.llama2c_mode)
+        out.append(vocab_.llama2c_mode ? piece : " \xE2\x81\x87 ");
       first_text = false;
       prev = id;
       continue;

@@ -75,12 +75,13 @@ class SpmTokenizer final : public Tokenizer {
   // isolating characters, then runs EncodeRun on each part.
   void EncodeFragment(const std::string& text, std::vector<int32_t>* out) const;
   // The BPE merge loop over text[begin, end).
-  void EncodeRun(const std::string& text, size_t begin, size_t end, std::vector<int32_t>* out) const;
+  void EncodeRun(const std::string& text, size_t begin, size_t end,
+                 std::vector<int32_t>* out) const;
   void AppendByteFallback(std::string_view symbol, std::vector<int32_t>* out) const;
 
   SpmVocab vocab_;
-  StringMap<int32_t> mergeable_;  // pieces BPE may produce
-  std::array<int32_t, 256> byte_ids_;                    // <0xXX> ids, -1 if absent
+  StringMap<int32_t> mergeable_;       // pieces BPE may produce
+  std::array<int32_t, 256> byte_ids_;  // <0xXX> ids, -1 if absent
   // ASCII bytes that occur in no mergeable piece longer than one character: no
   // merge can cross them, so the text is encoded run by run between them (exact,
   // and keeps the merge queue small on long inputs such as whole files).

@@ -13,7 +13,7 @@ enum class TokenType : int32_t {
   kControl = 3,      // BOS, EOS, ...: never produced from plain text
   kUserDefined = 4,  // always matched as a whole in the text
   kUnused = 5,
-  kByte = 6,         // <0xXX> byte-fallback pieces
+  kByte = 6,  // <0xXX> byte-fallback pieces
 };
 
 // Maps a stored integer to a TokenType; values outside 0..6 become kNormal

@@ -26,7 +26,8 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  virtual std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options) const = 0;
+  virtual std::vector<int32_t> Encode(std::string_view text,
+                                      const EncodeOptions& options) const = 0;
   // Text of the ids. skip_special drops control tokens (BOS/EOS...). Bytes that do not
   // form valid UTF-8 are kept as they are (the incremental detokenizer holds them back).
   virtual std::string Decode(std::span<const int32_t> ids, bool skip_special = true) const = 0;
@@ -37,7 +38,7 @@ class Tokenizer {
   virtual int32_t bos_id() const = 0;  // -1 when none
   // End-of-sequence ids (EOS, EOT, ...). May be empty.
   virtual std::vector<int32_t> eos_ids() const = 0;
-  virtual bool add_bos() const = 0;    // whether Encode adds BOS with add_special_tokens
+  virtual bool add_bos() const = 0;  // whether Encode adds BOS with add_special_tokens
   virtual bool IsSpecial(int32_t id) const = 0;
 };
 

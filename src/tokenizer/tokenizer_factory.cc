@@ -16,7 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool HasGgufMagic(const std::string& path) {
@@ -71,7 +72,8 @@ std::unique_ptr<Tokenizer> LoadHfTokenizer(const std::string& dir) {
     return LoadSentencePieceModel((base / "tokenizer.model").string(), cfg_ptr);
   }
   (ErrorBuilder(ErrorCode::kNotFound)
-   << dir << ": no tokenizer.json or tokenizer.model in this model directory").Raise();
+   << dir << ": no tokenizer.json or tokenizer.model in this model directory")
+      .Raise();
 }
 
 std::unique_ptr<Tokenizer> LoadTokenizerForModel(const std::string& model_path,
@@ -100,7 +102,8 @@ std::unique_ptr<Tokenizer> LoadTokenizerForModel(const std::string& model_path,
     return LoadGgufTokenizer(gguf);
   }
   (ErrorBuilder(ErrorCode::kUnsupported)
-   << model_path << ": not a GGUF file, a llama2.c .bin or a Hugging Face directory").Raise();
+   << model_path << ": not a GGUF file, a llama2.c .bin or a Hugging Face directory")
+      .Raise();
 }
 
 }  // namespace pagoda

@@ -5,8 +5,8 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 
 #include "tokenizer/tokenizer.h"

@@ -40,7 +40,9 @@ inline std::string ReadAll(const std::string& path) {
   return s.str();
 }
 
-inline nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(ReadAll(path)); }
+inline nlohmann::json ReadJson(const std::string& path) {
+  return nlohmann::json::parse(ReadAll(path));
+}
 
 inline std::vector<std::string> TestStrings() {
   return ReadJson(TokFixture("tokenizers/strings.json")).get<std::vector<std::string>>();
