@@ -1,0 +1,98 @@
+// The `pagoda` binary end to end: generate/tokenize output formats, --json purity
+// (stdout holds exactly one JSON document), and errors with exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/test_util.h"
+
+namespace pagoda {
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;  // stdout only
+};
+
+CliRun Pagoda(const std::string& args) {
+  const std::string cmd = std::string(PAGODA_BINARY) + " " + args + " 2>/dev/null";
+  CliRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string Stories(const std::string& f) { return testing::Fixture("models/stories260K/" + f); }
+
+TEST(CliTest, GenerateJsonFromBosMatchesTheReference) {
+  const CliRun r = Pagoda("generate --model " + Stories("stories260K.gguf") +
+                       " --temperature 0 --max-tokens 20 --json --logprobs 3");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);  // throws if stdout holds anything else
+  std::ifstream in(Stories("expected_greedy.json"));
+  const auto expected = nlohmann::json::parse(in).at("token_ids").get<std::vector<int>>();
+  EXPECT_EQ(j.at("prompt_ids").get<std::vector<int>>(), std::vector<int>{1});
+  const auto ids = j.at("ids").get<std::vector<int>>();
+  ASSERT_EQ(ids.size(), 20u);
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], expected[i + 1]);
+  EXPECT_EQ(j.at("text").get<std::string>().rfind("Once upon a time", 0), 0u) << j.at("text");
+  const auto& lps = j.at("logprobs");
+  ASSERT_EQ(lps.size(), 20u);
+  for (size_t i = 0; i < lps.size(); ++i) {
+    EXPECT_EQ(lps[i].at("token").get<int>(), ids[i]);
+    ASSERT_EQ(lps[i].at("top").size(), 3u);
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(lps[i].at("top")[0][0].get<int>(), ids[i]);
+    EXPECT_DOUBLE_EQ(lps[i].at("top")[0][1].get<double>(), lps[i].at("logprob").get<double>());
+    EXPECT_LE(lps[i].at("logprob").get<double>(), 0.0);
+  }
+}
+
+TEST(CliTest, PromptIdsAreUsedAsGivenAndSeedsRepeat) {
+  const std::string base = "generate --model " + Stories("stories260K.bin") + " --tokenizer " +
+                           Stories("tok512.bin") + " --prompt-ids 1,403,407 --max-tokens 12 --json";
+  const CliRun a = Pagoda(base + " --temperature 0.9 --top-p 0.9 --seed 5");
+  const CliRun b = Pagoda(base + " --temperature 0.9 --top-p 0.9 --seed 5");
+  ASSERT_EQ(a.exit_code, 0);
+  const auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  EXPECT_EQ(ja.at("prompt_ids").get<std::vector<int>>(), (std::vector<int>{1, 403, 407}));
+  EXPECT_EQ(ja.at("ids"), jb.at("ids"));
+}
+
+TEST(CliTest, MaxModelLenStopsGeneration) {
+  const CliRun r = Pagoda("generate --model " + Stories("stories260K.gguf") +
+                       " --temperature 0 --max-model-len 10 --json");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("ids").size(), 9u);  // 1 prompt + 9 = 10
+}
+
+TEST(CliTest, DummyModelRunsWithoutFiles) {
+  const CliRun r = Pagoda("generate --model dummy:llama-tiny --dtype f32 --prompt-ids 1,2,3 --max-tokens 4 "
+                       "--temperature 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out).at("ids").size(), 4u);
+}
+
+TEST(CliTest, ErrorsExitNonZeroWithNothingOnStdout) {
+  for (const std::string& args :
+       {std::string("generate --model /nonexistent.gguf"), std::string("generate --model dummy:no-such-preset"),
+        std::string("generate"), std::string("generate --model dummy:llama-tiny --temperature abc"),
+        "generate --model " + Stories("stories260K.gguf") + " --prompt-ids 1,x",
+        "generate --model " + Stories("stories260K.gguf") + " --max-tokens 0"}) {
+    const CliRun r = Pagoda(args);
+    EXPECT_GE(r.exit_code, 1) << args;
+    EXPECT_LE(r.exit_code, 127) << args;
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
