@@ -15,5 +15,10 @@ void AddGenerateCommand(CLI::App& root, Action* action);
 void AddTokenizeCommand(CLI::App& root, Action* action);
 void AddPlanCommand(CLI::App& root, Action* action);
 void AddBenchCommand(CLI::App& root, Action* action);
+void AddServeCommand(CLI::App& root, Action* action);
+
+// Sub-subcommands of `pagoda bench` (bench_command.cc adds `bench` and calls these).
+void AddBenchServeCommand(CLI::App* bench, Action* action);
+void AddBenchLatencyCommand(CLI::App* bench, Action* action);
 
 }  // namespace pagoda::cli

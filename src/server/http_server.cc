@@ -1,0 +1,392 @@
+#include "server/http_server.h"
+
+#include <chrono>
+#include <functional>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "server/httplib_config.h"
+
+namespace pagoda {
+
+namespace {
+
+constexpr const char* kJson = "application/json";
+
+void SendJson(httplib::Response& res, int status, const ordered_json& j) {
+  res.status = status;
+  res.set_content(DumpJson(j), kJson);
+}
+
+void SendError(httplib::Response& res, const std::string& log_id, int status, const std::string& message,
+               const std::string& param = "") {
+  PAGODA_LOG(kWarning) << (log_id.empty() ? "request" : log_id) << ": " << status << ": " << message;
+  SendJson(res, status, ErrorBody(status, message, param));
+}
+
+// Runs a handler, turning every exception into an OpenAI-style error response.
+void Guarded(const std::string& log_id, httplib::Response& res, const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const ApiError& e) {
+    SendError(res, log_id, e.status(), e.what(), e.param());
+  } catch (const Error& e) {
+    SendError(res, log_id, HttpStatusFor(e), e.what());
+  } catch (const nlohmann::json::exception& e) {
+    SendError(res, log_id, 400, std::string("bad request: ") + e.what());
+  } catch (const std::exception& e) {
+    SendError(res, log_id, 500, std::string("internal error: ") + e.what());
+  }
+}
+
+// Everything one generation request needs to turn stream outputs into responses.
+struct Generation {
+  bool chat = false;
+  std::string id;
+  std::string model;
+  int64_t created = 0;
+  int64_t n = 1;
+  bool include_usage = false;
+  bool want_logprobs = false;
+  bool echo = false;
+  std::vector<std::string> prompt_texts;  // completions' echo
+  std::vector<int64_t> prompt_lens;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<ChoiceState> choices;
+  std::vector<int64_t> cached_tokens;  // per prompt
+  std::vector<bool> started;           // per choice: the first chunk was sent
+  bool done = false;
+
+  void Init(int64_t num_choices) {
+    choices.assign(num_choices, ChoiceState{});
+    started.assign(num_choices, false);
+    cached_tokens.assign(prompt_lens.size(), 0);
+  }
+
+  void Apply(const ChoiceOutput& o) {
+    ChoiceState& c = choices[o.choice];
+    c.text += o.output.new_text;
+    c.token_ids.insert(c.token_ids.end(), o.output.new_token_ids.begin(), o.output.new_token_ids.end());
+    c.logprobs.insert(c.logprobs.end(), o.output.new_logprobs.begin(), o.output.new_logprobs.end());
+    if (o.output.finished) c.finish_reason = o.output.finish_reason;
+    const int64_t prompt = o.choice / n;
+    cached_tokens[prompt] = std::max(cached_tokens[prompt], o.output.num_cached_tokens);
+  }
+
+  ordered_json UsageJson() const {
+    int64_t prompt = 0, completion = 0, cached = 0;
+    for (int64_t len : prompt_lens) prompt += len;
+    for (int64_t c : cached_tokens) cached += c;
+    for (const ChoiceState& c : choices) completion += static_cast<int64_t>(c.token_ids.size());
+    return Usage(prompt, completion, cached);
+  }
+
+  ordered_json Envelope(const char* object) const {
+    return ordered_json{{"id", id}, {"object", object}, {"created", created}, {"model", model}};
+  }
+
+  // The SSE chunk for one output (null: nothing to send).
+  ordered_json Chunk(const ChoiceOutput& o, const Tokenizer* tok, size_t text_offset) {
+    const RequestOutput& out = o.output;
+    if (out.new_token_ids.empty() && out.new_text.empty() && !out.finished) return nullptr;
+    ordered_json choice = {{"index", o.choice}};
+    ordered_json lp = nullptr;
+    if (chat) {
+      ordered_json delta = ordered_json::object();
+      if (!started[o.choice]) delta["role"] = "assistant";
+      if (!out.new_text.empty() || !started[o.choice]) delta["content"] = out.new_text;
+      choice["delta"] = delta;
+      if (want_logprobs) lp = ChatLogprobs(tok, out.new_logprobs);
+    } else {
+      std::string text = out.new_text;
+      if (echo && !started[o.choice]) text = prompt_texts[o.choice / n] + text;
+      choice["text"] = text;
+      if (want_logprobs) lp = CompletionLogprobs(tok, out.new_logprobs, static_cast<int64_t>(text_offset));
+    }
+    started[o.choice] = true;
+    choice["logprobs"] = lp;
+    choice["finish_reason"] = FinishReasonJson(out.finish_reason);
+    if (!chat) choice["stop_reason"] = nullptr;
+    ordered_json chunk = Envelope(chat ? "chat.completion.chunk" : "text_completion");
+    chunk["choices"] = ordered_json::array({choice});
+    return chunk;
+  }
+
+  ordered_json Response(const Tokenizer* tok) const {
+    ordered_json r = Envelope(chat ? "chat.completion" : "text_completion");
+    ordered_json arr = ordered_json::array();
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const ChoiceState& c = choices[i];
+      ordered_json choice = {{"index", i}};
+      if (chat) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+        choice["logprobs"] = want_logprobs ? ChatLogprobs(tok, c.logprobs) : ordered_json(nullptr);
+      } else {
+        const std::string prefix = echo ? prompt_texts[i / n] : std::string();
+        choice["text"] = prefix + c.text;
+        choice["logprobs"] = want_logprobs ? CompletionLogprobs(tok, c.logprobs, static_cast<int64_t>(prefix.size()))
+                                           : ordered_json(nullptr);
+      }
+      choice["finish_reason"] = FinishReasonJson(c.finish_reason);
+      if (!chat) choice["stop_reason"] = nullptr;
+      arr.push_back(std::move(choice));
+    }
+    r["choices"] = std::move(arr);
+    r["usage"] = UsageJson();
+    return r;
+  }
+};
+
+// Waits for the stream and answers with one JSON document, or streams SSE chunks.
+void Respond(AsyncEngine& engine, const Tokenizer* tok, std::shared_ptr<Generation> g, bool stream,
+             httplib::Response& res) {
+  if (!stream) {
+    for (const ChoiceOutput& o : g->stream->WaitAll()) g->Apply(o);
+    SendJson(res, 200, g->Response(tok));
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [&engine, tok, g](size_t /*offset*/, httplib::DataSink& sink) {
+        std::vector<ChoiceOutput> outs;
+        const bool more = g->stream->Wait(&outs, std::chrono::milliseconds(200));
+        for (const ChoiceOutput& o : outs) {
+          const size_t offset = g->choices[o.choice].text.size();
+          const ordered_json chunk = g->Chunk(o, tok, offset);
+          g->Apply(o);
+          if (chunk.is_null()) continue;
+          const std::string event = SseEvent(chunk);
+          if (!sink.write(event.data(), event.size())) {
+            PAGODA_LOG(kInfo) << g->id << ": client disconnected";
+            engine.Abort(g->stream);
+            return false;
+          }
+        }
+        if (!more) {
+          std::string tail;
+          if (g->include_usage) {
+            ordered_json u = g->Envelope(g->chat ? "chat.completion.chunk" : "text_completion");
+            u["choices"] = ordered_json::array();
+            u["usage"] = g->UsageJson();
+            tail += SseEvent(u);
+          }
+          tail += kSseDone;
+          if (!sink.write(tail.data(), tail.size())) return false;
+          g->done = true;
+          sink.done();
+        } else if (outs.empty() && !sink.is_writable()) {
+          PAGODA_LOG(kInfo) << g->id << ": client disconnected";
+          engine.Abort(g->stream);
+          return false;
+        }
+        return true;
+      },
+      [&engine, g](bool /*success*/) {
+        // The connection is gone (or the stream ended): never leave work behind.
+        if (!g->stream->finished()) engine.Abort(g->stream);
+      });
+}
+
+}  // namespace
+
+HttpServer::HttpServer(AsyncEngine& engine, ServerMetrics& metrics, const ChatRenderer& chat, const ApiContext& ctx,
+                       const ServerOptions& options)
+    : engine_(engine),
+      metrics_(metrics),
+      chat_(chat),
+      ctx_(ctx),
+      options_(options),
+      created_(UnixTime()),
+      server_(std::make_unique<httplib::Server>()) {
+  const int threads = std::max(4, options_.http_threads);
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->set_keep_alive_max_count(1000);
+  server_->set_read_timeout(std::chrono::seconds(60));
+  server_->set_write_timeout(std::chrono::seconds(60));
+  Routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::Bind() {
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+    PAGODA_ENSURE(port_ > 0, ErrorCode::kInvalidArgument, "cannot listen on " << options_.host << ":0");
+  } else {
+    PAGODA_ENSURE(server_->bind_to_port(options_.host, options_.port), ErrorCode::kInvalidArgument,
+                  "cannot listen on " << options_.host << ":" << options_.port
+                                      << " (in use, or not an address of this machine)");
+    port_ = options_.port;
+  }
+}
+
+void HttpServer::Run() { server_->listen_after_bind(); }
+
+void HttpServer::BeginShutdown() {
+  draining_ = true;
+  server_->stop();
+}
+
+void HttpServer::Routes() {
+  httplib::Server& s = *server_;
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    const std::string& p = req.path;
+    const bool guarded = p.rfind("/v1/", 0) == 0 || p == "/tokenize" || p == "/detokenize";
+    if (guarded && !options_.api_key.empty() && req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
+      SendError(res, "", 401, "Unauthorized: a valid API key is required (Authorization: Bearer <key>)");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (guarded && draining_ && req.method == "POST") {
+      SendError(res, "", 503, "the server is shutting down");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { HandleCompletions(req, res); });
+  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { HandleChat(req, res); });
+  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { HandleTokenize(req, res); });
+  s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { HandleDetokenize(req, res); });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
+  s.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.Render(engine_.Stats()), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (res.body.empty() && res.status == 404) {
+      SendJson(res, 404, ErrorBody(404, "no route for " + req.method + " " + req.path));
+    }
+  });
+}
+
+void HttpServer::HandleCompletions(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = NewRequestId("cmpl-");
+  Guarded(id, res, [&] {
+    const ordered_json body = ParseJsonBody(req.body);
+    CompletionRequest cr = ParseCompletionRequest(body, ctx_);
+    std::vector<RequestSpec> specs = MakeSpecs(cr.prompts, cr, ctx_);
+    auto g = std::make_shared<Generation>();
+    g->id = id;
+    g->model = cr.model;
+    g->created = UnixTime();
+    g->n = cr.base.n;
+    g->include_usage = cr.include_usage;
+    g->want_logprobs = cr.logprobs >= 0;
+    g->echo = cr.echo;
+    g->prompt_texts = cr.prompt_texts;
+    int64_t total = 0;
+    for (const auto& p : cr.prompts) {
+      g->prompt_lens.push_back(static_cast<int64_t>(p.size()));
+      total += static_cast<int64_t>(p.size());
+    }
+    PAGODA_LOG(kInfo) << id << ": POST /v1/completions: " << cr.prompts.size() << " prompt(s), " << total
+                      << " prompt tokens, max_tokens " << specs[0].max_tokens << ", n " << cr.base.n
+                      << (cr.stream ? ", stream" : "");
+    g->stream = engine_.Submit(std::move(specs), id);
+    g->Init(g->stream->num_choices());
+    Respond(engine_, ctx_.tokenizer, g, cr.stream, res);
+  });
+}
+
+std::string HttpServer::RenderChat(const ChatRequest& chat) const {
+  return chat_.Render(chat.messages, chat.tools, chat.add_generation_prompt, chat.chat_template_kwargs);
+}
+
+void HttpServer::HandleChat(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = NewRequestId("chatcmpl-");
+  Guarded(id, res, [&] {
+    const ordered_json body = ParseJsonBody(req.body);
+    ChatRequest cr = ParseChatRequest(body, ctx_);
+    if (ctx_.tokenizer == nullptr) throw ApiError(400, "this model has no tokenizer: chat needs one", "messages");
+    const std::string prompt = RenderChat(cr);
+    EncodeOptions o;
+    o.add_special_tokens = false;  // the template writes BOS itself (vLLM's default for chat)
+    o.parse_special = true;
+    std::vector<std::vector<int32_t>> prompts = {ctx_.tokenizer->Encode(prompt, o)};
+    std::vector<RequestSpec> specs = MakeSpecs(prompts, cr, ctx_);
+    auto g = std::make_shared<Generation>();
+    g->chat = true;
+    g->id = id;
+    g->model = cr.model;
+    g->created = UnixTime();
+    g->n = cr.base.n;
+    g->include_usage = cr.include_usage;
+    g->want_logprobs = cr.logprobs;
+    g->prompt_lens = {static_cast<int64_t>(prompts[0].size())};
+    PAGODA_LOG(kInfo) << id << ": POST /v1/chat/completions: " << cr.messages.size() << " message(s), "
+                      << prompts[0].size() << " prompt tokens, max_tokens " << specs[0].max_tokens << ", n "
+                      << cr.base.n << (cr.stream ? ", stream" : "");
+    g->stream = engine_.Submit(std::move(specs), id);
+    g->Init(g->stream->num_choices());
+    Respond(engine_, ctx_.tokenizer, g, cr.stream, res);
+  });
+}
+
+void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+  Guarded("tokenize", res, [&] {
+    const ordered_json body = ParseJsonBody(req.body);
+    if (ctx_.tokenizer == nullptr) throw ApiError(400, "this model has no tokenizer");
+    if (body.contains("model") && !body["model"].is_null() && body["model"] != ctx_.served_model_name) {
+      throw ApiError(400, "The model `" + DumpJson(body["model"]) + "` does not exist", "model");
+    }
+    std::string text;
+    bool add_special = true;
+    if (body.contains("messages")) {
+      ChatRequest cr;
+      cr.messages = ParseMessages(body);
+      if (body.contains("add_generation_prompt")) {
+        if (!body["add_generation_prompt"].is_boolean()) throw ApiError(400, "'add_generation_prompt' must be a boolean", "add_generation_prompt");
+        cr.add_generation_prompt = body["add_generation_prompt"].get<bool>();
+      }
+      text = RenderChat(cr);
+      add_special = false;
+    } else if (body.contains("prompt") && body["prompt"].is_string()) {
+      text = body["prompt"].get<std::string>();
+    } else {
+      throw ApiError(400, "'prompt' (a string) or 'messages' is required", "prompt");
+    }
+    if (body.contains("add_special_tokens")) {
+      if (!body["add_special_tokens"].is_boolean()) {
+        throw ApiError(400, "'add_special_tokens' must be a boolean", "add_special_tokens");
+      }
+      add_special = body["add_special_tokens"].get<bool>();
+    }
+    EncodeOptions o;
+    o.add_special_tokens = add_special;
+    o.parse_special = true;
+    const std::vector<int32_t> ids = ctx_.tokenizer->Encode(text, o);
+    SendJson(res, 200,
+             ordered_json{{"count", ids.size()}, {"max_model_len", ctx_.max_model_len}, {"tokens", ids}});
+  });
+}
+
+void HttpServer::HandleDetokenize(const httplib::Request& req, httplib::Response& res) {
+  Guarded("detokenize", res, [&] {
+    const ordered_json body = ParseJsonBody(req.body);
+    if (ctx_.tokenizer == nullptr) throw ApiError(400, "this model has no tokenizer");
+    auto it = body.find("tokens");
+    if (it == body.end() || !it->is_array()) throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
+    std::vector<int32_t> ids;
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= ctx_.vocab_size) {
+        throw ApiError(400, "'tokens' must be token ids in [0, " + std::to_string(ctx_.vocab_size) + ")", "tokens");
+      }
+      ids.push_back(v.get<int32_t>());
+    }
+    SendJson(res, 200, ordered_json{{"prompt", ctx_.tokenizer->Decode(ids, /*skip_special=*/true)}});
+  });
+}
+
+void HttpServer::HandleModels(httplib::Response& res) {
+  ordered_json model = {{"id", ctx_.served_model_name},
+                        {"object", "model"},
+                        {"created", created_},
+                        {"owned_by", "pagoda"},
+                        {"root", options_.model_path},
+                        {"parent", nullptr},
+                        {"max_model_len", ctx_.max_model_len},
+                        {"vocab_size", ctx_.vocab_size}};
+  SendJson(res, 200, ordered_json{{"object", "list"}, {"data", ordered_json::array({model})}});
+}
+
+}  // namespace pagoda
