@@ -3,6 +3,8 @@
 #include <chrono>
 #include <functional>
 
+#include <sys/socket.h>
+
 #include "core/error.h"
 #include "core/logging.h"
 #include "server/httplib_config.h"
@@ -202,6 +204,13 @@ HttpServer::HttpServer(AsyncEngine& engine, ServerMetrics& metrics, const ChatRe
   const int threads = std::max(4, options_.http_threads);
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_keep_alive_max_count(1000);
+  // Keep the listening socket so that BeginShutdown can stop accepting without
+  // httplib's stop(), which would also cut the streams still being written.
+  server_->set_socket_options([this](socket_t sock) {
+    int yes = 1;  // not httplib's SO_REUSEPORT: a second server on the port must fail
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_fd_ = static_cast<int>(sock);
+  });
   server_->set_read_timeout(std::chrono::seconds(60));
   server_->set_write_timeout(std::chrono::seconds(60));
   Routes();
@@ -224,8 +233,10 @@ void HttpServer::Bind() {
 void HttpServer::Run() { server_->listen_after_bind(); }
 
 void HttpServer::BeginShutdown() {
-  draining_ = true;
-  server_->stop();
+  if (draining_.exchange(true)) return;
+  // accept() fails once the socket is shut down: httplib's accept loop ends, closes the
+  // socket and waits for the handlers in flight (streams included) to finish.
+  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
 }
 
 void HttpServer::Routes() {

@@ -10,8 +10,9 @@
 // A streaming client that goes away has its request aborted (its blocks freed) at the
 // next write that fails.
 //
-// Shutdown: BeginShutdown() makes new generation requests 503 and closes the listening
-// socket; Run() returns once the handlers in flight have finished.
+// Shutdown: BeginShutdown() stops accepting connections (and answers 503 to new
+// requests on open keep-alive connections); Run() returns once the handlers in flight
+// have finished writing (streams included) and idle keep-alive connections timed out.
 #pragma once
 
 #include <atomic>
@@ -71,6 +72,7 @@ class HttpServer {
   const int64_t created_;
   std::unique_ptr<httplib::Server> server_;
   std::atomic<bool> draining_{false};
+  std::atomic<int> listen_fd_{-1};
   int port_ = 0;
 };
 
