@@ -6,6 +6,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libsentencepiece-dev libxxhash-dev libssl-dev libomp-dev
   python3 python3-venv python3-jinja2
+  prometheus
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
