@@ -15,6 +15,7 @@ void AddGenerateCommand(CLI::App& root, Action* action);
 void AddTokenizeCommand(CLI::App& root, Action* action);
 void AddPlanCommand(CLI::App& root, Action* action);
 void AddBenchCommand(CLI::App& root, Action* action);
+void AddEvalCommand(CLI::App& root, Action* action);
 void AddServeCommand(CLI::App& root, Action* action);
 
 // Sub-subcommands of `pagoda bench` (bench_command.cc adds `bench` and calls these).
