@@ -14,6 +14,9 @@
 namespace pagoda {
 
 inline constexpr int64_t kAttentionTile = 64;
+// Long contexts are split into windows of this many positions (a multiple of the tile),
+// computed in parallel and merged by log-sum-exp (flash-decoding).
+inline constexpr int64_t kAttentionSplit = 512;
 
 void PagedAttention(const PagedAttentionParams& p);
 
