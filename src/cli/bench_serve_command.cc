@@ -77,6 +77,7 @@ RequestResult SendOne(const BenchServeFlags& f, const std::string& model, const 
                          {"stream_options", {{"include_usage", true}}}};
   httplib::Client cli(f.host, f.port);
   cli.set_read_timeout(std::chrono::hours(1));
+  cli.set_tcp_nodelay(true);
   httplib::Request req;
   req.method = "POST";
   req.path = f.endpoint;

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <functional>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "core/error.h"
@@ -209,6 +211,9 @@ HttpServer::HttpServer(AsyncEngine& engine, ServerMetrics& metrics, const ChatRe
   server_->set_socket_options([this](socket_t sock) {
     int yes = 1;  // not httplib's SO_REUSEPORT: a second server on the port must fail
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    // Accepted sockets inherit TCP_NODELAY: SSE chunks are small writes that Nagle's
+    // algorithm would hold back until the client's delayed ACK (tens of ms per token).
+    setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
     listen_fd_ = static_cast<int>(sock);
   });
   server_->set_read_timeout(std::chrono::seconds(60));
@@ -228,6 +233,9 @@ void HttpServer::Bind() {
                                       << " (in use, or not an address of this machine)");
     port_ = options_.port;
   }
+  // httplib listens with a backlog of 5 (compiled in): a burst of clients would see
+  // dropped connections and SYN retries. Listening again raises it (Linux).
+  if (listen_fd_ >= 0) ::listen(listen_fd_, 4096);
 }
 
 void HttpServer::Run() { server_->listen_after_bind(); }
