@@ -22,7 +22,9 @@ struct Policy {
 
 class KVQuantEngineTest : public ::testing::TestWithParam<Policy> {
  protected:
-  void SetUp() override { model_ = LoadModel(testing::Fixture("models/stories260K/stories260K.bin")); }
+  void SetUp() override {
+    model_ = LoadModel(testing::Fixture("models/stories260K/stories260K.bin"));
+  }
 
   EngineConfig Config(int64_t num_blocks, bool prefix_caching, int64_t budget) const {
     EngineConfig c;
@@ -44,7 +46,8 @@ class KVQuantEngineTest : public ::testing::TestWithParam<Policy> {
       RequestSpec s;
       s.prompt.push_back(1);
       for (int64_t j = 1; j < prompt_len + (i % 3); ++j) {
-        s.prompt.push_back(static_cast<int32_t>(j < prompt_len - 5 ? 260 + j % 200 : 3 + (i * 37 + j * 11) % 500));
+        s.prompt.push_back(
+            static_cast<int32_t>(j < prompt_len - 5 ? 260 + j % 200 : 3 + (i * 37 + j * 11) % 500));
       }
       s.sampling.temperature = 0;
       s.max_tokens = max_tokens;
@@ -92,10 +95,10 @@ TEST_P(KVQuantEngineTest, OutputsDoNotDependOnPrefixHitsBatchChunksOrPreemption)
 
 INSTANTIATE_TEST_SUITE_P(
     Formats, KVQuantEngineTest,
-    ::testing::Values(Policy{KVCacheDType::kFp8E4M3}, Policy{KVCacheDType::kInt8}, Policy{KVCacheDType::kInt4},
-                      Policy{KVCacheDType::kNvfp4}, Policy{KVCacheDType::kKivi2},
-                      Policy{KVCacheDType::kInt4, 4, 0}, Policy{KVCacheDType::kFp8E4M3, 0, 8},
-                      Policy{KVCacheDType::kKivi2, 4, 8}),
+    ::testing::Values(Policy{KVCacheDType::kFp8E4M3}, Policy{KVCacheDType::kInt8},
+                      Policy{KVCacheDType::kInt4}, Policy{KVCacheDType::kNvfp4},
+                      Policy{KVCacheDType::kKivi2}, Policy{KVCacheDType::kInt4, 4, 0},
+                      Policy{KVCacheDType::kFp8E4M3, 0, 8}, Policy{KVCacheDType::kKivi2, 4, 8}),
     [](const auto& info) {
       const Policy& p = info.param;
       return std::string(KVCacheDTypeName(p.dtype)) + "_sink" + std::to_string(p.sink) + "_recent" +

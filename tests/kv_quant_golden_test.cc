@@ -20,7 +20,8 @@ namespace pagoda {
 namespace {
 
 // Greedy decoding of `steps` tokens after `prompt` (one prefill, then one token per step).
-std::vector<int32_t> Greedy(Model& model, const std::vector<int32_t>& prompt, int64_t steps, KVCacheDType t) {
+std::vector<int32_t> Greedy(Model& model, const std::vector<int32_t>& prompt, int64_t steps,
+                            KVCacheDType t) {
   const int64_t bs = 16, vocab = model.spec().vocab_size;
   const int64_t n = static_cast<int64_t>(prompt.size()) + steps;
   KVStorageShape base = model.KVShapeFor((n + bs - 1) / bs, bs, DType::kBF16);
@@ -40,7 +41,8 @@ std::vector<int32_t> Greedy(Model& model, const std::vector<int32_t>& prompt, in
     }
     b.logits_indices.push_back(static_cast<int32_t>(step.size() - 1));
     model.Forward(b, cache, logits.data());
-    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     out.push_back(next);
     step = {next};
   }
@@ -66,7 +68,8 @@ TEST_P(KVQuantGoldenTest, Fp8GreedyEqualsBf16WhereTheMarginIsClear) {
       for (int64_t i = 0; i < steps && margin[i] > min_margin; ++i, ++compared) {
         ASSERT_EQ(fp8[i], bf16[i]) << dir << " " << s << " " << KVCacheDTypeName(t) << " step " << i
                                    << " (margin " << margin[i] << ")";
-        ASSERT_EQ(fp8[i], want64[i]) << dir << " " << s << " " << KVCacheDTypeName(t) << " step " << i;
+        ASSERT_EQ(fp8[i], want64[i])
+            << dir << " " << s << " " << KVCacheDTypeName(t) << " step " << i;
       }
     }
     RecordProperty(dir + "_" + s + "_steps_compared", static_cast<int>(compared));
@@ -74,10 +77,12 @@ TEST_P(KVQuantGoldenTest, Fp8GreedyEqualsBf16WhereTheMarginIsClear) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, KVQuantGoldenTest,
-                         ::testing::Values("llama-gqa", "llama-mha", "llama-mqa", "qwen2-bias", "mistral-swa"),
+                         ::testing::Values("llama-gqa", "llama-mha", "llama-mqa", "qwen2-bias",
+                                           "mistral-swa"),
                          [](const auto& info) {
                            std::string n = info.param;
-                           for (char& c : n) if (c == '-') c = '_';
+                           for (char& c : n)
+                             if (c == '-') c = '_';
                            return n;
                          });
 

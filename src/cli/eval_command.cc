@@ -2,8 +2,8 @@
 // measurements; docs/quantization.md has the numbers).
 //   pagoda eval perplexity --model M --data FILE [--kv-cache-dtype D] [--max-model-len W]
 //                          [--stride S] [--max-tokens N] [--json]
-//   pagoda eval kl --model M --data FILE --kv-cache-dtype D [--reference-kv-cache-dtype bf16] [--json]
-//   pagoda eval retrieval --model M --context N --trials K [--kv-cache-dtype D] [--json]
+//   pagoda eval kl --model M --data FILE --kv-cache-dtype D [--reference-kv-cache-dtype bf16]
+//   [--json] pagoda eval retrieval --model M --context N --trials K [--kv-cache-dtype D] [--json]
 // A progress line goes to stderr; results to stdout (one JSON object with --json).
 #include <cstdio>
 #include <fstream>
@@ -34,7 +34,8 @@ struct EvalFlags {
 
 EvalProgress Progress(const char* what) {
   return [what](int64_t done, int64_t total) {
-    std::fprintf(stderr, "\r[eval %s] %lld/%lld", what, static_cast<long long>(done), static_cast<long long>(total));
+    std::fprintf(stderr, "\r[eval %s] %lld/%lld", what, static_cast<long long>(done),
+                 static_cast<long long>(total));
     if (done == total) std::fputc('\n', stderr);
     std::fflush(stderr);
   };
@@ -59,7 +60,8 @@ KVCacheChoice Choice(const EvalFlags& f, const Model& model, const std::string& 
 
 PerplexityOptions Windows(const EvalFlags& f, const Model& model) {
   PerplexityOptions o;
-  o.window = f.model.max_model_len > 0 ? f.model.max_model_len : std::min<int64_t>(model.spec().max_position, 256);
+  o.window = f.model.max_model_len > 0 ? f.model.max_model_len
+                                       : std::min<int64_t>(model.spec().max_position, 256);
   o.stride = f.stride;
   return o;
 }
@@ -83,11 +85,13 @@ int RunPerplexity(const EvalFlags& f) {
   const KVCacheChoice c = Choice(f, *l.model, f.model.kv_cache_dtype);
   const std::vector<int32_t> stream = CorpusStream(*l.tokenizer, ReadFile(f.data), f.max_tokens);
   const PerplexityOptions o = Windows(f, *l.model);
-  const PerplexityResult r = Perplexity(*l.model, stream, l.tokenizer->bos_id(), c, o, Progress("perplexity"));
+  const PerplexityResult r =
+      Perplexity(*l.model, stream, l.tokenizer->bos_id(), c, o, Progress("perplexity"));
   if (f.json) {
-    nlohmann::json j = {{"perplexity", r.perplexity}, {"tokens", r.tokens}, {"nll_mean", r.nll_mean},
-                        {"kv_cache_dtype", KVCacheDTypeName(c.dtype)}, {"window", o.window},
-                        {"stride", o.stride > 0 ? o.stride : o.window / 2}};
+    nlohmann::json j = {
+        {"perplexity", r.perplexity}, {"tokens", r.tokens},
+        {"nll_mean", r.nll_mean},     {"kv_cache_dtype", KVCacheDTypeName(c.dtype)},
+        {"window", o.window},         {"stride", o.stride > 0 ? o.stride : o.window / 2}};
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("perplexity %.6f over %lld tokens (kv %s, window %lld)\n", r.perplexity,
@@ -102,8 +106,8 @@ int RunKL(const EvalFlags& f) {
   const KVCacheChoice test = Choice(f, *l.model, f.model.kv_cache_dtype);
   const KVCacheChoice ref = Choice(f, *l.model, f.reference_dtype);
   const std::vector<int32_t> stream = CorpusStream(*l.tokenizer, ReadFile(f.data), f.max_tokens);
-  const KLResult r = CompareKV(*l.model, stream, l.tokenizer->bos_id(), ref, test, Windows(f, *l.model),
-                               Progress("kl"));
+  const KLResult r = CompareKV(*l.model, stream, l.tokenizer->bos_id(), ref, test,
+                               Windows(f, *l.model), Progress("kl"));
   if (f.json) {
     nlohmann::json j = {{"kl_mean", r.kl_mean},
                         {"kl_p99", r.kl_p99},
@@ -115,9 +119,11 @@ int RunKL(const EvalFlags& f) {
                         {"reference_kv_cache_dtype", KVCacheDTypeName(ref.dtype)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("kl_mean %.6g kl_p99 %.6g top1_agreement %.4f over %lld tokens; perplexity %.5f vs %.5f (%s)\n",
-                r.kl_mean, r.kl_p99, r.top1_agreement, static_cast<long long>(r.tokens), r.test.perplexity,
-                r.reference.perplexity, std::string(KVCacheDTypeName(ref.dtype)).c_str());
+    std::printf(
+        "kl_mean %.6g kl_p99 %.6g top1_agreement %.4f over %lld tokens; perplexity %.5f vs %.5f "
+        "(%s)\n",
+        r.kl_mean, r.kl_p99, r.top1_agreement, static_cast<long long>(r.tokens), r.test.perplexity,
+        r.reference.perplexity, std::string(KVCacheDTypeName(ref.dtype)).c_str());
   }
   return 0;
 }
@@ -131,12 +137,16 @@ int RunRetrieval(const EvalFlags& f) {
   o.seed = f.seed;
   const RetrievalResult r = Retrieval(*l.model, *l.tokenizer, c, o, Progress("retrieval"));
   if (f.json) {
-    nlohmann::json j = {{"accuracy", r.accuracy}, {"correct", r.correct}, {"trials", r.trials},
-                        {"context", o.context}, {"kv_cache_dtype", KVCacheDTypeName(c.dtype)}};
+    nlohmann::json j = {{"accuracy", r.accuracy},
+                        {"correct", r.correct},
+                        {"trials", r.trials},
+                        {"context", o.context},
+                        {"kv_cache_dtype", KVCacheDTypeName(c.dtype)}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("accuracy %.3f (%lld/%lld) at context %lld\n", r.accuracy, static_cast<long long>(r.correct),
-                static_cast<long long>(r.trials), static_cast<long long>(o.context));
+    std::printf("accuracy %.3f (%lld/%lld) at context %lld\n", r.accuracy,
+                static_cast<long long>(r.correct), static_cast<long long>(r.trials),
+                static_cast<long long>(o.context));
   }
   return 0;
 }
@@ -145,10 +155,12 @@ int RunRetrieval(const EvalFlags& f) {
 
 void AddEvalCommand(CLI::App& root, Action* action) {
   static EvalFlags f;
-  CLI::App* eval = root.add_subcommand("eval", "accuracy of a KV-cache format: perplexity, kl, retrieval");
+  CLI::App* eval =
+      root.add_subcommand("eval", "accuracy of a KV-cache format: perplexity, kl, retrieval");
   eval->require_subcommand(1);
   CLI::App* ppl = eval->add_subcommand("perplexity", "sliding-window perplexity over a text file");
-  CLI::App* kl = eval->add_subcommand("kl", "KL divergence and top-1 agreement against a bf16-KV run");
+  CLI::App* kl =
+      eval->add_subcommand("kl", "KL divergence and top-1 agreement against a bf16-KV run");
   CLI::App* ret = eval->add_subcommand("retrieval", "passkey retrieval at a given context length");
   for (CLI::App* c : {ppl, kl, ret}) {
     f.model.Add(c);
@@ -157,9 +169,11 @@ void AddEvalCommand(CLI::App& root, Action* action) {
   for (CLI::App* c : {ppl, kl}) {
     c->add_option("--data", f.data, "text file (documents separated by <|endoftext|>)")->required();
     c->add_option("--stride", f.stride, "window stride (default: half the window)");
-    c->add_option("--max-tokens", f.max_tokens, "use only the first N tokens of the stream (0: all)");
+    c->add_option("--max-tokens", f.max_tokens,
+                  "use only the first N tokens of the stream (0: all)");
   }
-  kl->add_option("--reference-kv-cache-dtype", f.reference_dtype, "the reference run's KV dtype")->capture_default_str();
+  kl->add_option("--reference-kv-cache-dtype", f.reference_dtype, "the reference run's KV dtype")
+      ->capture_default_str();
   ret->add_option("--context", f.context, "prompt length in tokens")->capture_default_str();
   ret->add_option("--trials", f.trials, "number of planted keys")->capture_default_str();
   ret->add_option("--seed", f.seed, "random seed of keys and depths")->capture_default_str();

@@ -11,16 +11,11 @@ uint8_t F32ToFp4E2M1(float x) {
   if (std::isnan(x)) return 0;
   const uint8_t sign = std::signbit(x) ? 8 : 0;
   const float a = std::fabs(x);
-  // Thresholds are the midpoints; a tie goes to the even code (mantissa bit 0).
-  uint8_t c;
-  if (a <= 0.25f) c = 0;
-  else if (a < 0.75f) c = 1;
-  else if (a <= 1.25f) c = 2;
-  else if (a < 1.75f) c = 3;
-  else if (a <= 2.5f) c = 4;
-  else if (a < 3.5f) c = 5;
-  else if (a <= 5.0f) c = 6;
-  else c = 7;
+  // Upper bounds of codes 0..6 (the midpoints); a tie goes to the even code (mantissa bit 0),
+  // so even codes include their upper midpoint and odd codes exclude it.
+  constexpr float kBounds[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  uint8_t c = 0;
+  while (c < 7 && (c % 2 == 0 ? a > kBounds[c] : a >= kBounds[c])) ++c;
   return sign | c;
 }
 

@@ -55,7 +55,8 @@ std::vector<float> EdgeInputs(const std::vector<float>& decode) {
     }
   }
   const float top = finite.back();
-  for (float x : {top * 1.0625f, top * 1.125f, top * 2.0f, 1e30f, INFINITY, NAN, 1e-30f, 1e-45f, 0.0f}) {
+  for (float x :
+       {top * 1.0625f, top * 1.125f, top * 2.0f, 1e30f, INFINITY, NAN, 1e-30f, 1e-45f, 0.0f}) {
     out.push_back(x);
     out.push_back(-x);
   }

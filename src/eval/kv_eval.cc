@@ -30,7 +30,8 @@ std::string Trim(const std::string& s) {
   return s.substr(a, b - a + 1);
 }
 
-std::vector<int32_t> WindowIds(const std::vector<int32_t>& stream, const EvalWindow& w, int32_t bos) {
+std::vector<int32_t> WindowIds(const std::vector<int32_t>& stream, const EvalWindow& w,
+                               int32_t bos) {
   std::vector<int32_t> ids(stream.begin() + w.start, stream.begin() + w.start + w.length);
   ids[0] = bos;
   return ids;
@@ -48,8 +49,8 @@ KVStorageShape EvalCacheShape(const Model& model, const KVCacheChoice& c, int64_
                             model.spec().kv_shape().mla);
 }
 
-std::vector<float> SequenceLogits(Model& model, const std::vector<int32_t>& ids, const KVCacheChoice& choice,
-                                  int64_t chunk) {
+std::vector<float> SequenceLogits(Model& model, const std::vector<int32_t>& ids,
+                                  const KVCacheChoice& choice, int64_t chunk) {
   const int64_t n = static_cast<int64_t>(ids.size());
   const int64_t vocab = model.spec().vocab_size;
   const int64_t bs = choice.quant.block_size;
@@ -73,15 +74,18 @@ std::vector<float> SequenceLogits(Model& model, const std::vector<int32_t>& ids,
   return logits;
 }
 
-std::vector<int32_t> CorpusStream(const Tokenizer& tokenizer, const std::string& text, int64_t max_tokens) {
+std::vector<int32_t> CorpusStream(const Tokenizer& tokenizer, const std::string& text,
+                                  int64_t max_tokens) {
   const int32_t bos = tokenizer.bos_id();
-  PAGODA_ENSURE(bos >= 0, ErrorCode::kInvalidArgument, "the tokenizer has no BOS token to start documents with");
+  PAGODA_ENSURE(bos >= 0, ErrorCode::kInvalidArgument,
+                "the tokenizer has no BOS token to start documents with");
   static const std::string kSeparator = "<|endoftext|>";
   std::vector<int32_t> stream;
   EncodeOptions options;
   options.add_special_tokens = false;
   size_t pos = 0;
-  while (pos <= text.size() && (max_tokens <= 0 || static_cast<int64_t>(stream.size()) < max_tokens)) {
+  while (pos <= text.size() &&
+         (max_tokens <= 0 || static_cast<int64_t>(stream.size()) < max_tokens)) {
     size_t end = text.find(kSeparator, pos);
     if (end == std::string::npos) end = text.size();
     const std::string doc = Trim(text.substr(pos, end - pos));
@@ -97,7 +101,8 @@ std::vector<int32_t> CorpusStream(const Tokenizer& tokenizer, const std::string&
 }
 
 std::vector<EvalWindow> MakeWindows(int64_t n, const PerplexityOptions& o) {
-  PAGODA_ENSURE(o.window >= 2, ErrorCode::kInvalidArgument, "the window must hold at least 2 tokens");
+  PAGODA_ENSURE(o.window >= 2, ErrorCode::kInvalidArgument,
+                "the window must hold at least 2 tokens");
   const int64_t stride = o.stride > 0 ? o.stride : o.window / 2;
   PAGODA_ENSURE(stride >= 1 && stride <= o.window - 1, ErrorCode::kInvalidArgument,
                 "the stride must be in 1.." << o.window - 1);
@@ -141,8 +146,9 @@ PerplexityResult Perplexity(Model& model, const std::vector<int32_t>& stream, in
   return r;
 }
 
-KLResult CompareKV(Model& model, const std::vector<int32_t>& stream, int32_t bos, const KVCacheChoice& reference,
-                   const KVCacheChoice& test, const PerplexityOptions& options, const EvalProgress& progress) {
+KLResult CompareKV(Model& model, const std::vector<int32_t>& stream, int32_t bos,
+                   const KVCacheChoice& reference, const KVCacheChoice& test,
+                   const PerplexityOptions& options, const EvalProgress& progress) {
   const int64_t vocab = model.spec().vocab_size;
   const std::vector<EvalWindow> windows = MakeWindows(static_cast<int64_t>(stream.size()), options);
   std::vector<double> kls;
@@ -176,7 +182,8 @@ KLResult CompareKV(Model& model, const std::vector<int32_t>& stream, int32_t bos
   r.kl_mean = std::accumulate(kls.begin(), kls.end(), 0.0) / r.tokens;
   std::vector<double> sorted = kls;
   std::sort(sorted.begin(), sorted.end());
-  r.kl_p99 = sorted[std::min<int64_t>(r.tokens - 1, static_cast<int64_t>(std::ceil(0.99 * r.tokens)) - 1)];
+  r.kl_p99 =
+      sorted[std::min<int64_t>(r.tokens - 1, static_cast<int64_t>(std::ceil(0.99 * r.tokens)) - 1)];
   r.top1_agreement = static_cast<double>(agree) / r.tokens;
   for (auto [res, nll] : {std::pair{&r.reference, nll_ref}, std::pair{&r.test, nll_test}}) {
     res->tokens = r.tokens;
@@ -192,10 +199,13 @@ RetrievalResult Retrieval(Model& model, const Tokenizer& tokenizer, const KVCach
                 "retrieval needs --context >= 16 and --trials >= 1");
   EncodeOptions plain;
   plain.add_special_tokens = false;
-  const std::vector<int32_t> filler =
-      tokenizer.Encode(" The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.", plain);
-  const std::vector<int32_t> question = tokenizer.Encode(" What is the pass key? The pass key is", plain);
-  PAGODA_ENSURE(!filler.empty(), ErrorCode::kInvalidArgument, "the tokenizer encodes the filler text to nothing");
+  const std::vector<int32_t> filler = tokenizer.Encode(
+      " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.",
+      plain);
+  const std::vector<int32_t> question =
+      tokenizer.Encode(" What is the pass key? The pass key is", plain);
+  PAGODA_ENSURE(!filler.empty(), ErrorCode::kInvalidArgument,
+                "the tokenizer encodes the filler text to nothing");
   std::mt19937_64 rng(o.seed);
   RetrievalResult r;
   r.trials = o.trials;
@@ -203,9 +213,10 @@ RetrievalResult Retrieval(Model& model, const Tokenizer& tokenizer, const KVCach
   const int64_t bs = choice.quant.block_size;
   for (int64_t trial = 0; trial < o.trials; ++trial) {
     const std::string key = std::to_string(10000 + rng() % 90000);
-    const std::vector<int32_t> needle =
-        tokenizer.Encode(" The pass key is " + key + ". Remember it. " + key + " is the pass key.", plain);
-    const int64_t budget = std::max<int64_t>(o.context - 1 - static_cast<int64_t>(needle.size() + question.size()), 0);
+    const std::vector<int32_t> needle = tokenizer.Encode(
+        " The pass key is " + key + ". Remember it. " + key + " is the pass key.", plain);
+    const int64_t budget =
+        std::max<int64_t>(o.context - 1 - static_cast<int64_t>(needle.size() + question.size()), 0);
     const int64_t reps = budget / static_cast<int64_t>(filler.size());
     const int64_t depth = reps > 0 ? static_cast<int64_t>(rng() % (reps + 1)) : 0;
     std::vector<int32_t> ids;

@@ -42,7 +42,8 @@ std::vector<float> SequenceLogits(Model& model, const std::vector<int32_t>& ids,
                                   const KVCacheChoice& choice, int64_t chunk = 1 << 30);
 
 // The token stream described above. REQUIRES: tokenizer has a BOS (bos_id() >= 0).
-std::vector<int32_t> CorpusStream(const Tokenizer& tokenizer, const std::string& text, int64_t max_tokens);
+std::vector<int32_t> CorpusStream(const Tokenizer& tokenizer, const std::string& text,
+                                  int64_t max_tokens);
 
 struct PerplexityOptions {
   int64_t window = 256;  // W
@@ -62,9 +63,9 @@ struct PerplexityResult {
 };
 
 struct KLResult {
-  double kl_mean = 0;          // mean over scored tokens of KL(P_reference || P_test), nats
-  double kl_p99 = 0;           // 99th percentile
-  double top1_agreement = 0;   // fraction of scored tokens with the same argmax
+  double kl_mean = 0;         // mean over scored tokens of KL(P_reference || P_test), nats
+  double kl_p99 = 0;          // 99th percentile
+  double top1_agreement = 0;  // fraction of scored tokens with the same argmax
   int64_t tokens = 0;
   PerplexityResult reference, test;
 };

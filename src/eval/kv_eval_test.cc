@@ -57,7 +57,8 @@ TEST(KVEvalTest, Stories260KPerplexityBandsPerFormat) {
   auto tokenizer = LoadTokenizerForModel(model_path, "", model->spec().vocab_size);
   ASSERT_NE(tokenizer, nullptr);
   // The first 2048 tokens of the corpus; windows of 256, stride 128.
-  const std::string text = ReadPrefix(FixturesDir() + "/corpora/tinystories-first2MiB.txt", 64 << 10);
+  const std::string text =
+      ReadPrefix(FixturesDir() + "/corpora/tinystories-first2MiB.txt", 64 << 10);
   const std::vector<int32_t> stream = CorpusStream(*tokenizer, text, 2048);
   ASSERT_EQ(stream.size(), 2048u);
   PerplexityOptions o;
@@ -80,8 +81,8 @@ TEST(KVEvalTest, Stories260KPerplexityBandsPerFormat) {
     const PerplexityResult r = Perplexity(*model, stream, tokenizer->bos_id(), q, o);
     const double delta = r.perplexity / base.perplexity - 1.0;
     std::printf("%-8s perplexity %.5f (bf16 %.5f): %+.3f%% (target %.1f%%: %s)\n",
-                std::string(KVCacheDTypeName(c.dtype)).c_str(), r.perplexity, base.perplexity, 100 * delta,
-                100 * c.target, std::fabs(delta) < c.target ? "met" : "MISSED");
+                std::string(KVCacheDTypeName(c.dtype)).c_str(), r.perplexity, base.perplexity,
+                100 * delta, 100 * c.target, std::fabs(delta) < c.target ? "met" : "MISSED");
     EXPECT_EQ(r.tokens, base.tokens);
     EXPECT_LT(std::fabs(delta), c.guard) << KVCacheDTypeName(c.dtype);
   }

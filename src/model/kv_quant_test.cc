@@ -15,13 +15,15 @@
 namespace pagoda {
 namespace {
 
-constexpr KVCacheDType kQuantized[] = {KVCacheDType::kFp8E4M3, KVCacheDType::kFp8E5M2, KVCacheDType::kInt8,
-                                      KVCacheDType::kInt4, KVCacheDType::kNvfp4, KVCacheDType::kKivi2};
+constexpr KVCacheDType kQuantized[] = {KVCacheDType::kFp8E4M3, KVCacheDType::kFp8E5M2,
+                                       KVCacheDType::kInt8,    KVCacheDType::kInt4,
+                                       KVCacheDType::kNvfp4,   KVCacheDType::kKivi2};
 
 // llama-gqa's cache: 4 layers, 2 KV heads of 64.
 KVShape GqaShape() { return KVShape{4, 2, 64, 64, 0, false}; }
 
-KVStorageShape StorageShape(const KVShape& s, KVCacheDType t, const KVQuantOptions& o, int64_t num_blocks) {
+KVStorageShape StorageShape(const KVShape& s, KVCacheDType t, const KVQuantOptions& o,
+                            int64_t num_blocks) {
   KVStorageShape base;
   base.num_layers = s.num_layers;
   base.num_blocks = num_blocks;
@@ -34,11 +36,12 @@ KVStorageShape StorageShape(const KVShape& s, KVCacheDType t, const KVQuantOptio
 }
 
 TEST(KVQuantStorageTest, BytesPerTokenIsWhatTheAllocatorAllocates) {
-  for (const KVShape& s : {GqaShape(), KVShape{3, 1, 80, 80, 0, false}, KVShape{5, 4, 8, 8, 0, false}}) {
+  for (const KVShape& s :
+       {GqaShape(), KVShape{3, 1, 80, 80, 0, false}, KVShape{5, 4, 8, 8, 0, false}}) {
     for (int64_t bs : {1, 16, 32}) {
-      for (KVCacheDType t : {KVCacheDType::kBF16, KVCacheDType::kFp8E4M3, KVCacheDType::kFp8E5M2,
-                             KVCacheDType::kInt8, KVCacheDType::kInt4, KVCacheDType::kNvfp4,
-                             KVCacheDType::kKivi2}) {
+      for (KVCacheDType t :
+           {KVCacheDType::kBF16, KVCacheDType::kFp8E4M3, KVCacheDType::kFp8E5M2,
+            KVCacheDType::kInt8, KVCacheDType::kInt4, KVCacheDType::kNvfp4, KVCacheDType::kKivi2}) {
         for (bool skip : {false, true}) {
           KVQuantOptions o;
           o.block_size = bs;
@@ -73,8 +76,9 @@ TEST(KVQuantStorageTest, CapacityAtAFixedBudgetOnLlamaGqa) {
 
 // Writes `len` tokens of one sequence in chunks of `chunk` (blocks in reverse order), running
 // attention for each chunk's queries as the model does; returns every query's output.
-std::vector<float> RunSequence(KVStorage& cache, const std::vector<float>& k, const std::vector<float>& v,
-                       const std::vector<float>& q, int64_t len, int64_t chunk, int64_t num_heads) {
+std::vector<float> RunSequence(KVStorage& cache, const std::vector<float>& k,
+                               const std::vector<float>& v, const std::vector<float>& q,
+                               int64_t len, int64_t chunk, int64_t num_heads) {
   const KVStorageShape& s = cache.shape();
   const int64_t d = s.head_dim, kw = s.num_kv_heads * d;
   std::vector<int32_t> table(s.num_blocks);
@@ -117,7 +121,8 @@ TEST(KVQuantStorageTest, SameResultsWhateverTheChunking) {
   std::normal_distribution<float> normal;
   const KVShape shape{1, 2, 64, 64, 0, false};
   std::vector<float> k(len * 128), v(len * 128), q(len * heads * 64);
-  for (auto* x : {&k, &v, &q}) for (float& f : *x) f = normal(rng);
+  for (auto* x : {&k, &v, &q})
+    for (float& f : *x) f = normal(rng);
   for (KVCacheDType t : kQuantized) {
     for (int policy = 0; policy < 3; ++policy) {
       KVQuantOptions o;
@@ -135,7 +140,8 @@ TEST(KVQuantStorageTest, SameResultsWhateverTheChunking) {
       KVStorage exact(StorageShape(shape, KVCacheDType::kF32, {}, 6));
       const std::vector<float> ref = RunSequence(exact, k, v, q, len, len, heads);
       double err = 0;
-      for (size_t i = 0; i < ref.size(); ++i) err = std::max(err, std::fabs(double{ref[i]} - first[i]));
+      for (size_t i = 0; i < ref.size(); ++i)
+        err = std::max(err, std::fabs(double{ref[i]} - first[i]));
       EXPECT_LT(err, t == KVCacheDType::kKivi2 ? 1.5 : 0.6);
     }
   }
@@ -150,14 +156,16 @@ TEST(KVQuantStorageTest, CopyBlockCopiesCodesAndWideCopies) {
     std::mt19937_64 rng(1);
     std::normal_distribution<float> normal;
     std::vector<float> k(10 * 64), v(10 * 64);
-    for (auto* x : {&k, &v}) for (float& f : *x) f = normal(rng);
+    for (auto* x : {&k, &v})
+      for (float& f : *x) f = normal(rng);
     std::vector<int64_t> slots;
     std::vector<int32_t> positions;
     for (int i = 0; i < 10; ++i) {
       slots.push_back(16 + i);  // block 1, partly filled
       positions.push_back(i);
     }
-    for (int64_t l = 0; l < 2; ++l) cache.Write(l, k.data(), v.data(), slots.data(), 10, positions.data());
+    for (int64_t l = 0; l < 2; ++l)
+      cache.Write(l, k.data(), v.data(), slots.data(), 10, positions.data());
     cache.CopyBlock(1, 3);
     std::vector<float> a(64), b(64);
     for (int64_t l = 0; l < 2; ++l) {

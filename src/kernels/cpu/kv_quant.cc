@@ -13,7 +13,9 @@ namespace pagoda {
 namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t Groups(const KVArrayFormat& f) { return CeilDiv(f.head_dim, std::min(f.group, f.head_dim)); }
+int64_t Groups(const KVArrayFormat& f) {
+  return CeilDiv(f.head_dim, std::min(f.group, f.head_dim));
+}
 int64_t GroupSize(const KVArrayFormat& f) { return std::min(f.group, f.head_dim); }
 
 float LoadF32(const uint8_t* p) {
@@ -47,7 +49,8 @@ void QuantizeFp8(const KVArrayFormat& f, const float* x, uint8_t* row) {
   float scale = f.tensor_scale > 0.0f ? f.tensor_scale : AbsMax(x, d) / max;
   if (!(scale > 0.0f) || !std::isfinite(scale)) scale = scale > 0.0f ? 3.0e38f / max : 1.0f;
   const float inv = 1.0f / scale;
-  for (int64_t i = 0; i < d; ++i) row[i] = e4m3 ? F32ToFp8E4M3(x[i] * inv) : F32ToFp8E5M2(x[i] * inv);
+  for (int64_t i = 0; i < d; ++i)
+    row[i] = e4m3 ? F32ToFp8E4M3(x[i] * inv) : F32ToFp8E5M2(x[i] * inv);
   StoreF32(row + d, scale);
 }
 
@@ -88,8 +91,8 @@ void QuantizeNvfp4(const KVArrayFormat& f, const float* x, uint8_t* row) {
 }
 
 // Asymmetric 2-bit: codes 0..3 over [min, max] of n values at stride `stride`.
-void Quantize2Bit(const float* x, int64_t n, int64_t stride, uint8_t* scale_min,
-                  uint8_t* codes, int64_t code_stride, int64_t first) {
+void Quantize2Bit(const float* x, int64_t n, int64_t stride, uint8_t* scale_min, uint8_t* codes,
+                  int64_t code_stride, int64_t first) {
   float lo = INFINITY, hi = -INFINITY;
   for (int64_t i = 0; i < n; ++i) {
     lo = std::min(lo, x[i * stride]);
@@ -99,7 +102,8 @@ void Quantize2Bit(const float* x, int64_t n, int64_t stride, uint8_t* scale_min,
   const float mn = StoreF16(scale_min + 2, lo);
   const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
   for (int64_t i = 0; i < n; ++i) {
-    const int q = static_cast<int>(std::clamp(std::nearbyint((x[i * stride] - mn) * inv), 0.0f, 3.0f));
+    const int q =
+        static_cast<int>(std::clamp(std::nearbyint((x[i * stride] - mn) * inv), 0.0f, 3.0f));
     // Token i's row; `first` is the channel, i.e. the value index inside the row.
     uint8_t* c = codes + i * code_stride + first / 4;
     *c = static_cast<uint8_t>(*c | (q << (2 * (first % 4))));
@@ -191,7 +195,8 @@ void DequantizeKVRow(const KVArrayFormat& f, const uint8_t* block, int64_t offse
                      float* out) {
   const int64_t d = f.head_dim;
   if (f.per_channel) {
-    const uint8_t* row = block + KiviKeyHeaderBytes(f) + (offset * f.num_heads + head) * KVRowBytes(f);
+    const uint8_t* row =
+        block + KiviKeyHeaderBytes(f) + (offset * f.num_heads + head) * KVRowBytes(f);
     const uint8_t* meta = block + head * d * 4;
     for (int64_t i = 0; i < d; ++i) {
       const int q = (row[i / 4] >> (2 * (i % 4))) & 3;

@@ -32,9 +32,12 @@ std::vector<float> Data(const KVArrayFormat& f, uint64_t seed) {
   for (float& v : x) {
     v = normal(rng);
     const int r = static_cast<int>(rng() % 100);
-    if (r < 3) v *= 50.0f;
-    else if (r < 8) v = 0.0f;
-    else if (r < 11) v = 1e-40f * static_cast<float>(rng() % 7);
+    if (r < 3)
+      v *= 50.0f;
+    else if (r < 8)
+      v = 0.0f;
+    else if (r < 11)
+      v = 1e-40f * static_cast<float>(rng() % 7);
   }
   std::fill_n(x.begin() + f.head_dim, f.head_dim, 0.0f);  // token 0, head 1
   return x;
@@ -86,7 +89,8 @@ void CheckRoundTrip(const KVArrayFormat& f, uint64_t seed) {
           hi = std::max(hi, double{v});
         }
         ASSERT_LE(std::fabs(double{out[i]} - row[i]), Bound(f.quant, row[i], amax, hi - lo))
-            << "token " << t << " head " << k << " value " << i << ": " << row[i] << " -> " << out[i];
+            << "token " << t << " head " << k << " value " << i << ": " << row[i] << " -> "
+            << out[i];
         if (row[i] == 0.0f && f.quant != KVQuant::kKivi2) ASSERT_EQ(out[i], 0.0f);
       }
     }
@@ -98,7 +102,8 @@ TEST(KVQuantTest, RoundTripWithinBoundsEveryFormat) {
                     KVQuant::kNvfp4, KVQuant::kKivi2}) {
     for (int64_t d : {8, 64, 80, 128}) {
       for (int64_t group : {16, 32, 128}) {
-        SCOPED_TRACE(::testing::Message() << "quant " << int(q) << " d " << d << " group " << group);
+        SCOPED_TRACE(::testing::Message()
+                     << "quant " << int(q) << " d " << d << " group " << group);
         CheckRoundTrip(Format(q, d, group), 7 + d + group);
       }
     }
@@ -115,8 +120,8 @@ TEST(KVQuantTest, Fp8StaticScaleIsUsedAndSaturates) {
   std::vector<float> out(8);
   DequantizeKVRow(f, block.data(), 0, 0, out.data());
   EXPECT_EQ(out[0], 1.0f);
-  EXPECT_EQ(out[2], 96.0f);     // 200: a tie between 192 and 208, to even (192); x 0.5
-  EXPECT_EQ(out[3], 224.0f);    // saturated at 448 x 0.5, not NaN
+  EXPECT_EQ(out[2], 96.0f);   // 200: a tie between 192 and 208, to even (192); x 0.5
+  EXPECT_EQ(out[3], 224.0f);  // saturated at 448 x 0.5, not NaN
   EXPECT_EQ(out[4], -224.0f);
   EXPECT_EQ(out[5], 0.0f);
 }
