@@ -5,7 +5,8 @@
 namespace pagoda::cli {
 
 void AddBenchCommand(CLI::App& root, Action* action) {
-  CLI::App* bench = root.add_subcommand("bench", "benchmarks: serve (against a running server), latency");
+  CLI::App* bench =
+      root.add_subcommand("bench", "benchmarks: serve (against a running server), latency");
   bench->require_subcommand(1);
   AddBenchServeCommand(bench, action);
   AddBenchLatencyCommand(bench, action);

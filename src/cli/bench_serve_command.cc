@@ -65,7 +65,8 @@ std::string ApiKeyHeader() {
 }
 
 // Streams one completion and measures it.
-RequestResult SendOne(const BenchServeFlags& f, const std::string& model, const std::vector<int32_t>& prompt) {
+RequestResult SendOne(const BenchServeFlags& f, const std::string& model,
+                      const std::vector<int32_t>& prompt) {
   RequestResult r;
   r.prompt_len = static_cast<int64_t>(prompt.size());
   nlohmann::json body = {{"model", model},
@@ -167,8 +168,9 @@ double Stdev(const std::vector<double>& v) {
 void ProgressBar(int64_t done, int64_t total) {
   const int width = 40;
   const int filled = total > 0 ? static_cast<int>(width * done / total) : width;
-  std::fprintf(stderr, "\r[%s%s] %lld/%lld", std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
-               static_cast<long long>(done), static_cast<long long>(total));
+  std::fprintf(stderr, "\r[%s%s] %lld/%lld", std::string(filled, '#').c_str(),
+               std::string(width - filled, ' ').c_str(), static_cast<long long>(done),
+               static_cast<long long>(total));
   if (done == total) std::fputc('\n', stderr);
   std::fflush(stderr);
 }
@@ -183,8 +185,9 @@ void QueryModel(const BenchServeFlags& f, std::string* model, int64_t* vocab) {
   PAGODA_ENSURE(res && res->status == 200, ErrorCode::kNotFound,
                 "no server at http://" << f.host << ":" << f.port << " (GET /v1/models failed)");
   const nlohmann::json j = nlohmann::json::parse(res->body, nullptr, false);
-  PAGODA_ENSURE(!j.is_discarded() && j.contains("data") && j["data"].is_array() && !j["data"].empty(),
-                ErrorCode::kInvalidArgument, "GET /v1/models: unexpected answer " << res->body);
+  PAGODA_ENSURE(
+      !j.is_discarded() && j.contains("data") && j["data"].is_array() && !j["data"].empty(),
+      ErrorCode::kInvalidArgument, "GET /v1/models: unexpected answer " << res->body);
   if (model->empty()) *model = j["data"][0].value("id", "");
   if (*vocab <= 0) *vocab = j["data"][0].value("vocab_size", int64_t{0});
 }
@@ -214,9 +217,10 @@ int RunBenchServe(const BenchServeFlags& f) {
     p = prefix;
     for (int64_t i = 0; i < f.random_input_len; ++i) p.push_back(token(rng));
   }
-  PAGODA_LOG(kInfo) << "bench serve: " << f.num_prompts << " prompts of " << f.random_prefix_len << "+"
-                    << f.random_input_len << " tokens, " << f.random_output_len << " output tokens each, model "
-                    << model << ", request rate " << f.request_rate << ", max concurrency "
+  PAGODA_LOG(kInfo) << "bench serve: " << f.num_prompts << " prompts of " << f.random_prefix_len
+                    << "+" << f.random_input_len << " tokens, " << f.random_output_len
+                    << " output tokens each, model " << model << ", request rate " << f.request_rate
+                    << ", max concurrency "
                     << (f.max_concurrency ? std::to_string(*f.max_concurrency) : "none");
 
   std::vector<RequestResult> results(f.num_prompts);
@@ -265,7 +269,8 @@ int RunBenchServe(const BenchServeFlags& f) {
     output_tokens += r.output_tokens;
     ttfts.push_back(r.ttft * 1e3);
     e2els.push_back(r.latency * 1e3);
-    if (r.output_tokens > 1) tpots.push_back((r.latency - r.ttft) / static_cast<double>(r.output_tokens - 1) * 1e3);
+    if (r.output_tokens > 1)
+      tpots.push_back((r.latency - r.ttft) / static_cast<double>(r.output_tokens - 1) * 1e3);
     for (double x : r.itl) itls.push_back(x * 1e3);
   }
 
@@ -279,7 +284,8 @@ int RunBenchServe(const BenchServeFlags& f) {
   out["output_throughput"] = output_tokens / duration;
   out["total_token_throughput"] = (input_tokens + output_tokens) / duration;
   out["max_concurrency"] = f.max_concurrency ? nlohmann::ordered_json(*f.max_concurrency) : nullptr;
-  out["request_rate"] = std::isinf(f.request_rate) ? nlohmann::ordered_json("inf") : nlohmann::ordered_json(f.request_rate);
+  out["request_rate"] = std::isinf(f.request_rate) ? nlohmann::ordered_json("inf")
+                                                   : nlohmann::ordered_json(f.request_rate);
   const std::pair<const char*, const std::vector<double>*> series[] = {
       {"ttft", &ttfts}, {"tpot", &tpots}, {"itl", &itls}, {"e2el", &e2els}};
   for (const auto& [name, v] : series) {
@@ -294,7 +300,9 @@ int RunBenchServe(const BenchServeFlags& f) {
     return completed > 0 ? 0 : 1;
   }
 
-  auto row = [](const std::string& k, const std::string& v) { std::printf("%-40s %-10s\n", k.c_str(), v.c_str()); };
+  auto row = [](const std::string& k, const std::string& v) {
+    std::printf("%-40s %-10s\n", k.c_str(), v.c_str());
+  };
   auto num = [](double v) {
     char b[64];
     std::snprintf(b, sizeof(b), "%.2f", v);
@@ -302,7 +310,8 @@ int RunBenchServe(const BenchServeFlags& f) {
   };
   auto title = [](const std::string& t) {
     const int width = 50, pad = width - static_cast<int>(t.size());
-    std::printf("%s%s%s\n", std::string(pad / 2, '-').c_str(), t.c_str(), std::string(pad - pad / 2, '-').c_str());
+    std::printf("%s%s%s\n", std::string(pad / 2, '-').c_str(), t.c_str(),
+                std::string(pad - pad / 2, '-').c_str());
   };
   std::printf("============ Serving Benchmark Result ============\n");
   row("Successful requests:", std::to_string(completed));
@@ -314,14 +323,15 @@ int RunBenchServe(const BenchServeFlags& f) {
   row("Request throughput (req/s):", num(completed / duration));
   row("Output token throughput (tok/s):", num(output_tokens / duration));
   row("Total Token throughput (tok/s):", num((input_tokens + output_tokens) / duration));
-  const char* titles[] = {"Time to First Token", "Time per Output Token (excl. 1st token)", "Inter-token Latency",
-                          "End-to-end Latency"};
+  const char* titles[] = {"Time to First Token", "Time per Output Token (excl. 1st token)",
+                          "Inter-token Latency", "End-to-end Latency"};
   const char* labels[] = {"TTFT", "TPOT", "ITL", "E2EL"};
   for (int s = 0; s < 4; ++s) {
     title(titles[s]);
     const std::string n = series[s].first;
     row(std::string("Mean ") + labels[s] + " (ms):", num(out["mean_" + n + "_ms"].get<double>()));
-    row(std::string("Median ") + labels[s] + " (ms):", num(out["median_" + n + "_ms"].get<double>()));
+    row(std::string("Median ") + labels[s] + " (ms):",
+        num(out["median_" + n + "_ms"].get<double>()));
     row(std::string("P99 ") + labels[s] + " (ms):", num(out["p99_" + n + "_ms"].get<double>()));
   }
   std::printf("==================================================\n");
@@ -332,23 +342,29 @@ int RunBenchServe(const BenchServeFlags& f) {
 
 void AddBenchServeCommand(CLI::App* bench, Action* action) {
   auto flags = std::make_shared<BenchServeFlags>();
-  CLI::App* app = bench->add_subcommand("serve", "online-serving benchmark against a running server (vLLM's)");
+  CLI::App* app =
+      bench->add_subcommand("serve", "online-serving benchmark against a running server (vLLM's)");
   app->add_option("--host", flags->host, "server address")->capture_default_str();
   app->add_option("--port", flags->port, "server port")->capture_default_str();
   app->add_option("--model", flags->model, "model name to send (default: the server's first)");
   app->add_option("--endpoint", flags->endpoint, "completions endpoint")->capture_default_str();
   app->add_option("--dataset-name", flags->dataset_name, "random")->capture_default_str();
   app->add_option("--num-prompts", flags->num_prompts, "number of requests")->capture_default_str();
-  app->add_option("--random-input-len", flags->random_input_len, "random tokens per prompt")->capture_default_str();
+  app->add_option("--random-input-len", flags->random_input_len, "random tokens per prompt")
+      ->capture_default_str();
   app->add_option("--random-output-len", flags->random_output_len, "tokens to generate per request")
       ->capture_default_str();
-  app->add_option("--random-prefix-len", flags->random_prefix_len, "shared prefix tokens before the random ones")
+  app->add_option("--random-prefix-len", flags->random_prefix_len,
+                  "shared prefix tokens before the random ones")
       ->capture_default_str();
-  auto* mc = app->add_option("--max-concurrency", flags->max_concurrency, "most requests in flight at once");
-  app->add_option("--request-rate", flags->request_rate, "requests per second, Poisson arrivals (default: inf)");
+  auto* mc = app->add_option("--max-concurrency", flags->max_concurrency,
+                             "most requests in flight at once");
+  app->add_option("--request-rate", flags->request_rate,
+                  "requests per second, Poisson arrivals (default: inf)");
   (void)mc;
   app->add_option("--seed", flags->seed, "dataset and arrival seed")->capture_default_str();
-  app->add_option("--vocab-size", flags->vocab_size, "token-id range (default: asked from /v1/models)");
+  app->add_option("--vocab-size", flags->vocab_size,
+                  "token-id range (default: asked from /v1/models)");
   app->add_flag("--json", flags->json, "print one JSON object on stdout");
   app->add_flag("--disable-tqdm", flags->disable_tqdm, "no progress bar");
   app->callback([flags, action] { *action = [flags] { return RunBenchServe(*flags); }; });

@@ -46,8 +46,8 @@ void HandleSignals(const sigset_t& set, HttpServer& server, AsyncEngine& engine,
   sigwait(&set, &sig);
   if (!shutting_down.exchange(true)) {
     PAGODA_LOG(kInfo) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
-                      << ": no new requests; waiting up to " << timeout_s << " s for " << engine.NumUnfinished()
-                      << " in flight";
+                      << ": no new requests; waiting up to " << timeout_s << " s for "
+                      << engine.NumUnfinished() << " in flight";
   } else {
     return;  // Run() ended on its own and woke us up
   }
@@ -80,13 +80,14 @@ int RunServe(const ServeFlags& f) {
   const EngineConfig config = f.engine.MakeConfig(f.model, *model);
   Engine engine(*model, tokenizer.get(), config);
 
-  const ChatTemplateSource source =
-      f.chat_template.empty() ? LoadChatTemplateSource(f.model.model) : ReadChatTemplateFile(f.chat_template);
+  const ChatTemplateSource source = f.chat_template.empty() ? LoadChatTemplateSource(f.model.model)
+                                                            : ReadChatTemplateFile(f.chat_template);
   ChatRenderer chat(source, tokenizer.get());
   if (chat.has_template()) {
     PAGODA_LOG(kInfo) << "chat template: " << chat.origin();
   } else {
-    PAGODA_LOG(kInfo) << "no chat template: /v1/chat/completions will answer 400 (use --chat-template FILE)";
+    PAGODA_LOG(kInfo)
+        << "no chat template: /v1/chat/completions will answer 400 (use --chat-template FILE)";
   }
 
   const std::string name = f.served_model_name.empty() ? f.model.model : f.served_model_name;
@@ -109,8 +110,9 @@ int RunServe(const ServeFlags& f) {
   options.http_threads = f.http_threads;
   HttpServer server(async, metrics, chat, ctx, options);
   server.Bind();
-  PAGODA_LOG(kInfo) << "serving " << name << " (max_model_len " << ctx.max_model_len << ") on http://" << f.host
-                    << ":" << server.port() << (f.api_key.empty() ? "" : " (API key required)");
+  PAGODA_LOG(kInfo) << "serving " << name << " (max_model_len " << ctx.max_model_len
+                    << ") on http://" << f.host << ":" << server.port()
+                    << (f.api_key.empty() ? "" : " (API key required)");
 
   std::atomic<bool> shutting_down{false};
   std::thread signals(
@@ -130,17 +132,24 @@ void AddServeCommand(CLI::App& root, Action* action) {
   flags->model.Add(app);
   flags->engine.Add(app);
   app->add_option("--host", flags->host, "address to listen on")->capture_default_str();
-  app->add_option("--port", flags->port, "port to listen on (0: any free port, logged)")->capture_default_str();
-  app->add_option("--api-key", flags->api_key, "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize");
-  app->add_option("--served-model-name", flags->served_model_name, "the model name clients use (default: --model)");
-  app->add_option("--chat-template", flags->chat_template, "a Jinja chat template file (overrides the model's)");
-  app->add_option("--max-queue", flags->max_queue, "waiting requests beyond this get 503 at once (0: no limit)")
+  app->add_option("--port", flags->port, "port to listen on (0: any free port, logged)")
+      ->capture_default_str();
+  app->add_option("--api-key", flags->api_key,
+                  "require 'Authorization: Bearer KEY' on /v1/*, /tokenize, /detokenize");
+  app->add_option("--served-model-name", flags->served_model_name,
+                  "the model name clients use (default: --model)");
+  app->add_option("--chat-template", flags->chat_template,
+                  "a Jinja chat template file (overrides the model's)");
+  app->add_option("--max-queue", flags->max_queue,
+                  "waiting requests beyond this get 503 at once (0: no limit)")
       ->capture_default_str();
   app->add_option("--shutdown-timeout", flags->shutdown_timeout,
                   "seconds SIGINT/SIGTERM lets requests in flight finish before aborting them")
       ->capture_default_str();
-  app->add_option("--http-threads", flags->http_threads, "connections served at once")->capture_default_str();
-  app->add_option("--stats-interval", flags->stats_interval, "seconds between stats lines on stderr (0: none)")
+  app->add_option("--http-threads", flags->http_threads, "connections served at once")
+      ->capture_default_str();
+  app->add_option("--stats-interval", flags->stats_interval,
+                  "seconds between stats lines on stderr (0: none)")
       ->capture_default_str();
   app->callback([flags, action] { *action = [flags] { return RunServe(*flags); }; });
 }

@@ -113,19 +113,22 @@ void AsyncEngine::RunCommand(std::function<void()> fn) {
   result.get();  // rethrows the engine thread's exception here
 }
 
-std::shared_ptr<RequestStream> AsyncEngine::Submit(std::vector<RequestSpec> specs, std::string log_id) {
+std::shared_ptr<RequestStream> AsyncEngine::Submit(std::vector<RequestSpec> specs,
+                                                   std::string log_id) {
   PAGODA_ENSURE(!specs.empty(), ErrorCode::kInvalidArgument, "the prompt is empty");
   const int64_t n = specs[0].n;
   const int64_t num_prompts = static_cast<int64_t>(specs.size());
-  auto stream = std::make_shared<RequestStream>(num_prompts * std::max<int64_t>(n, 1), Clock::now());
+  auto stream =
+      std::make_shared<RequestStream>(num_prompts * std::max<int64_t>(n, 1), Clock::now());
   stream->n_ = n;
   stream->log_id_ = std::move(log_id);
   RunCommand([&] {
     const int64_t waiting = engine_.Stats().num_waiting;
     if (options_.max_queue > 0 && waiting + num_prompts > options_.max_queue) {
-      ThrowError(ErrorCode::kResourceExhausted, "the server is overloaded: " + std::to_string(waiting) +
-                                                    " requests are waiting (--max-queue " +
-                                                    std::to_string(options_.max_queue) + "); retry later");
+      ThrowError(ErrorCode::kResourceExhausted,
+                 "the server is overloaded: " + std::to_string(waiting) +
+                     " requests are waiting (--max-queue " + std::to_string(options_.max_queue) +
+                     "); retry later");
     }
     std::vector<int64_t> ids;
     try {
@@ -135,7 +138,8 @@ std::shared_ptr<RequestStream> AsyncEngine::Submit(std::vector<RequestSpec> spec
       throw;
     }
     stream->engine_ids_ = ids;
-    for (size_t i = 0; i < ids.size(); ++i) streams_[ids[i]] = Entry{stream, static_cast<int64_t>(i)};
+    for (size_t i = 0; i < ids.size(); ++i)
+      streams_[ids[i]] = Entry{stream, static_cast<int64_t>(i)};
     std::lock_guard<std::mutex> lock(mu_);
     ++num_unfinished_;
     stats_ = engine_.Stats();
@@ -229,7 +233,8 @@ void AsyncEngine::Loop() {
       if (outs.empty() && engine_.Stats().steps == steps_before) {
         // Nothing could be scheduled (should not happen); do not spin.
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stop_ || !commands_.empty(); });
+        cv_.wait_for(lock, std::chrono::milliseconds(10),
+                     [&] { return stop_ || !commands_.empty(); });
       }
     }
     {
@@ -260,7 +265,8 @@ void AsyncEngine::Dispatch(std::vector<RequestOutput>& outs) {
     if (sample < 0 || sample >= stream->n_) continue;  // an aborted request's leftovers
     const int64_t choice = it->second.prompt_index * stream->n_ + sample;
     if (!out.new_token_ids.empty() && metrics_ != nullptr) {
-      if (!stream->has_first_token_) metrics_->ObserveTimeToFirstToken(Seconds(now - stream->arrival()));
+      if (!stream->has_first_token_)
+        metrics_->ObserveTimeToFirstToken(Seconds(now - stream->arrival()));
       if (stream->has_token_[choice]) {
         metrics_->ObserveInterTokenLatency(Seconds(now - stream->last_token_time_[choice]));
       }
@@ -279,9 +285,10 @@ void AsyncEngine::Dispatch(std::vector<RequestOutput>& outs) {
     if (finished && stream->num_finished_dispatched_ == stream->num_choices()) {
       // Bookkeeping first, so that whoever sees the stream finish sees it counted.
       if (metrics_ != nullptr) metrics_->ObserveE2eLatency(Seconds(now - stream->arrival()));
-      PAGODA_LOG(kInfo) << stream->log_id_ << ": finished (" << FinishReasonName(reason) << "), prompt "
-                        << out.num_prompt_tokens << " tokens (" << out.num_cached_tokens << " cached), output "
-                        << out.num_output_tokens << " tokens, " << Seconds(now - stream->arrival()) << " s";
+      PAGODA_LOG(kInfo) << stream->log_id_ << ": finished (" << FinishReasonName(reason)
+                        << "), prompt " << out.num_prompt_tokens << " tokens ("
+                        << out.num_cached_tokens << " cached), output " << out.num_output_tokens
+                        << " tokens, " << Seconds(now - stream->arrival()) << " s";
       for (int64_t id : stream->engine_ids_) streams_.erase(id);
       std::lock_guard<std::mutex> lock(mu_);
       --num_unfinished_;
@@ -296,17 +303,21 @@ void AsyncEngine::MaybeLogStats(bool force) {
   const double dt = Seconds(now - last_stats_time_);
   if (!force && dt < options_.stats_interval_s) return;
   const EngineStats s = engine_.Stats();
-  const bool busy = s.num_running + s.num_waiting > 0 || s.prompt_tokens != last_stats_prompt_tokens_ ||
+  const bool busy = s.num_running + s.num_waiting > 0 ||
+                    s.prompt_tokens != last_stats_prompt_tokens_ ||
                     s.generation_tokens != last_stats_generation_tokens_;
   if (busy || force) {
     char line[320];
-    std::snprintf(line, sizeof(line),
-                  "stats: prompt throughput %.1f tokens/s, generation throughput %.1f tokens/s, running %lld, "
-                  "waiting %lld, KV cache usage %.1f%%, prefix cache hit rate %.1f%%, preemptions %lld",
-                  (s.prompt_tokens - last_stats_prompt_tokens_) / dt,
-                  (s.generation_tokens - last_stats_generation_tokens_) / dt, static_cast<long long>(s.num_running),
-                  static_cast<long long>(s.num_waiting), 100.0 * s.kv_usage, 100.0 * s.prefix_cache.HitRate(),
-                  static_cast<long long>(s.num_preemptions));
+    std::snprintf(
+        line, sizeof(line),
+        "stats: prompt throughput %.1f tokens/s, generation throughput %.1f tokens/s, running "
+        "%lld, "
+        "waiting %lld, KV cache usage %.1f%%, prefix cache hit rate %.1f%%, preemptions %lld",
+        (s.prompt_tokens - last_stats_prompt_tokens_) / dt,
+        (s.generation_tokens - last_stats_generation_tokens_) / dt,
+        static_cast<long long>(s.num_running), static_cast<long long>(s.num_waiting),
+        100.0 * s.kv_usage, 100.0 * s.prefix_cache.HitRate(),
+        static_cast<long long>(s.num_preemptions));
     PAGODA_LOG(kInfo) << line;
   }
   last_stats_time_ = now;

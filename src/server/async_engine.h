@@ -81,7 +81,7 @@ class RequestStream {
 };
 
 struct AsyncEngineOptions {
-  int64_t max_queue = 1024;  // waiting requests beyond this: Submit throws kResourceExhausted
+  int64_t max_queue = 1024;       // waiting requests beyond this: Submit throws kResourceExhausted
   double stats_interval_s = 5.0;  // the periodic stats line (0: never)
 };
 

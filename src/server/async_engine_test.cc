@@ -17,15 +17,18 @@ namespace {
 
 std::string Fixture(const std::string& rel) {
   const char* env = std::getenv("PAGODA_FIXTURES");
-  return (env != nullptr ? std::string(env) : std::string(PAGODA_SOURCE_DIR) + "/../shared/fixtures") + "/" + rel;
+  return (env != nullptr ? std::string(env)
+                         : std::string(PAGODA_SOURCE_DIR) + "/../shared/fixtures") +
+         "/" + rel;
 }
 
 class AsyncEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = LoadModel(Fixture("models/stories260K/stories260K.bin"));
-    tokenizer_ = LoadTokenizerForModel(Fixture("models/stories260K/stories260K.bin"),
-                                       Fixture("models/stories260K/tok512.bin"), model_->spec().vocab_size);
+    tokenizer_ =
+        LoadTokenizerForModel(Fixture("models/stories260K/stories260K.bin"),
+                              Fixture("models/stories260K/tok512.bin"), model_->spec().vocab_size);
   }
   EngineConfig Config(int64_t num_blocks = 64, int64_t max_num_seqs = 8) {
     EngineConfig c;
@@ -48,7 +51,8 @@ class AsyncEngineTest : public ::testing::Test {
   static std::vector<std::vector<int32_t>> Tokens(RequestStream& stream) {
     std::vector<std::vector<int32_t>> out(stream.num_choices());
     for (const ChoiceOutput& o : stream.WaitAll()) {
-      out[o.choice].insert(out[o.choice].end(), o.output.new_token_ids.begin(), o.output.new_token_ids.end());
+      out[o.choice].insert(out[o.choice].end(), o.output.new_token_ids.begin(),
+                           o.output.new_token_ids.end());
     }
     return out;
   }
@@ -81,7 +85,8 @@ TEST_F(AsyncEngineTest, StreamsMatchTheEngineRunAlone) {
   for (auto& t : threads) t.join();
   for (auto& s : streams) EXPECT_EQ(Tokens(*s)[0], alone);
   EXPECT_EQ(async.NumUnfinished(), 0);
-  EXPECT_NE(metrics.Render(async.Stats()).find("pagoda_e2e_request_latency_seconds_count{model_name=\"m\"} 6"),
+  EXPECT_NE(metrics.Render(async.Stats())
+                .find("pagoda_e2e_request_latency_seconds_count{model_name=\"m\"} 6"),
             std::string::npos);
 }
 

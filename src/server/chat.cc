@@ -22,7 +22,8 @@ bool ReadFile(const std::filesystem::path& path, std::string* out) {
 }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -59,18 +60,21 @@ ChatTemplateSource LoadChatTemplateSource(const std::string& model_path) {
   }
   if (EndsWith(model_path, ".gguf") && fs::is_regular_file(model_path, ec)) {
     GgufFile gguf(model_path);
-    return {gguf.GetString("tokenizer.chat_template", ""), model_path + " (tokenizer.chat_template)"};
+    return {gguf.GetString("tokenizer.chat_template", ""),
+            model_path + " (tokenizer.chat_template)"};
   }
   return {};
 }
 
 ChatTemplateSource ReadChatTemplateFile(const std::string& path) {
   std::string text;
-  PAGODA_ENSURE(ReadFile(path, &text), ErrorCode::kNotFound, "--chat-template " << path << ": cannot read the file");
+  PAGODA_ENSURE(ReadFile(path, &text), ErrorCode::kNotFound,
+                "--chat-template " << path << ": cannot read the file");
   return {text, path};
 }
 
-ChatRenderer::ChatRenderer(const ChatTemplateSource& source, const Tokenizer* tokenizer) : origin_(source.origin) {
+ChatRenderer::ChatRenderer(const ChatTemplateSource& source, const Tokenizer* tokenizer)
+    : origin_(source.origin) {
   if (!source.source.empty()) template_ = ChatTemplate::Parse(source.source, source.origin);
   if (tokenizer != nullptr) {
     if (tokenizer->bos_id() >= 0) bos_token_ = tokenizer->TokenPiece(tokenizer->bos_id());
@@ -79,16 +83,19 @@ ChatRenderer::ChatRenderer(const ChatTemplateSource& source, const Tokenizer* to
   }
 }
 
-std::string ChatRenderer::Render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                                 bool add_generation_prompt, const nlohmann::ordered_json& extra_context) const {
+std::string ChatRenderer::Render(const nlohmann::ordered_json& messages,
+                                 const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& extra_context) const {
   if (!template_) {
-    throw ApiError(400,
-                   "this model has no chat template (no tokenizer_config.json chat_template or GGUF "
-                   "tokenizer.chat_template); start the server with --chat-template FILE",
-                   "messages");
+    throw ApiError(
+        400,
+        "this model has no chat template (no tokenizer_config.json chat_template or GGUF "
+        "tokenizer.chat_template); start the server with --chat-template FILE",
+        "messages");
   }
   try {
-    return template_->Render(messages, tools, add_generation_prompt, bos_token_, eos_token_, extra_context);
+    return template_->Render(messages, tools, add_generation_prompt, bos_token_, eos_token_,
+                             extra_context);
   } catch (const ApiError&) {
     throw;
   } catch (const Error& e) {

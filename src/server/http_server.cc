@@ -1,11 +1,11 @@
 #include "server/http_server.h"
 
-#include <chrono>
-#include <functional>
-
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+
+#include <chrono>
+#include <functional>
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -22,9 +22,10 @@ void SendJson(httplib::Response& res, int status, const ordered_json& j) {
   res.set_content(DumpJson(j), kJson);
 }
 
-void SendError(httplib::Response& res, const std::string& log_id, int status, const std::string& message,
-               const std::string& param = "") {
-  PAGODA_LOG(kWarning) << (log_id.empty() ? "request" : log_id) << ": " << status << ": " << message;
+void SendError(httplib::Response& res, const std::string& log_id, int status,
+               const std::string& message, const std::string& param = "") {
+  PAGODA_LOG(kWarning) << (log_id.empty() ? "request" : log_id) << ": " << status << ": "
+                       << message;
   SendJson(res, status, ErrorBody(status, message, param));
 }
 
@@ -70,7 +71,8 @@ struct Generation {
   void Apply(const ChoiceOutput& o) {
     ChoiceState& c = choices[o.choice];
     c.text += o.output.new_text;
-    c.token_ids.insert(c.token_ids.end(), o.output.new_token_ids.begin(), o.output.new_token_ids.end());
+    c.token_ids.insert(c.token_ids.end(), o.output.new_token_ids.begin(),
+                       o.output.new_token_ids.end());
     c.logprobs.insert(c.logprobs.end(), o.output.new_logprobs.begin(), o.output.new_logprobs.end());
     if (o.output.finished) c.finish_reason = o.output.finish_reason;
     const int64_t prompt = o.choice / n;
@@ -105,7 +107,8 @@ struct Generation {
       std::string text = out.new_text;
       if (echo && !started[o.choice]) text = prompt_texts[o.choice / n] + text;
       choice["text"] = text;
-      if (want_logprobs) lp = CompletionLogprobs(tok, out.new_logprobs, static_cast<int64_t>(text_offset));
+      if (want_logprobs)
+        lp = CompletionLogprobs(tok, out.new_logprobs, static_cast<int64_t>(text_offset));
     }
     started[o.choice] = true;
     choice["logprobs"] = lp;
@@ -128,8 +131,9 @@ struct Generation {
       } else {
         const std::string prefix = echo ? prompt_texts[i / n] : std::string();
         choice["text"] = prefix + c.text;
-        choice["logprobs"] = want_logprobs ? CompletionLogprobs(tok, c.logprobs, static_cast<int64_t>(prefix.size()))
-                                           : ordered_json(nullptr);
+        choice["logprobs"] =
+            want_logprobs ? CompletionLogprobs(tok, c.logprobs, static_cast<int64_t>(prefix.size()))
+                          : ordered_json(nullptr);
       }
       choice["finish_reason"] = FinishReasonJson(c.finish_reason);
       if (!chat) choice["stop_reason"] = nullptr;
@@ -194,8 +198,8 @@ void Respond(AsyncEngine& engine, const Tokenizer* tok, std::shared_ptr<Generati
 
 }  // namespace
 
-HttpServer::HttpServer(AsyncEngine& engine, ServerMetrics& metrics, const ChatRenderer& chat, const ApiContext& ctx,
-                       const ServerOptions& options)
+HttpServer::HttpServer(AsyncEngine& engine, ServerMetrics& metrics, const ChatRenderer& chat,
+                       const ApiContext& ctx, const ServerOptions& options)
     : engine_(engine),
       metrics_(metrics),
       chat_(chat),
@@ -226,7 +230,8 @@ HttpServer::~HttpServer() = default;
 void HttpServer::Bind() {
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.host);
-    PAGODA_ENSURE(port_ > 0, ErrorCode::kInvalidArgument, "cannot listen on " << options_.host << ":0");
+    PAGODA_ENSURE(port_ > 0, ErrorCode::kInvalidArgument,
+                  "cannot listen on " << options_.host << ":0");
   } else {
     PAGODA_ENSURE(server_->bind_to_port(options_.host, options_.port), ErrorCode::kInvalidArgument,
                   "cannot listen on " << options_.host << ":" << options_.port
@@ -252,8 +257,10 @@ void HttpServer::Routes() {
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const std::string& p = req.path;
     const bool guarded = p.rfind("/v1/", 0) == 0 || p == "/tokenize" || p == "/detokenize";
-    if (guarded && !options_.api_key.empty() && req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
-      SendError(res, "", 401, "Unauthorized: a valid API key is required (Authorization: Bearer <key>)");
+    if (guarded && !options_.api_key.empty() &&
+        req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
+      SendError(res, "", 401,
+                "Unauthorized: a valid API key is required (Authorization: Bearer <key>)");
       return httplib::Server::HandlerResponse::Handled;
     }
     if (guarded && draining_ && req.method == "POST") {
@@ -262,11 +269,18 @@ void HttpServer::Routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { HandleCompletions(req, res); });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { HandleChat(req, res); });
-  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { HandleTokenize(req, res); });
-  s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) { HandleDetokenize(req, res); });
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleCompletions(req, res);
+  });
+  s.Post("/v1/chat/completions",
+         [this](const httplib::Request& req, httplib::Response& res) { HandleChat(req, res); });
+  s.Post("/tokenize",
+         [this](const httplib::Request& req, httplib::Response& res) { HandleTokenize(req, res); });
+  s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    HandleDetokenize(req, res);
+  });
+  s.Get("/v1/models",
+        [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
   s.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.Render(engine_.Stats()), "text/plain; version=0.0.4; charset=utf-8");
@@ -298,9 +312,9 @@ void HttpServer::HandleCompletions(const httplib::Request& req, httplib::Respons
       g->prompt_lens.push_back(static_cast<int64_t>(p.size()));
       total += static_cast<int64_t>(p.size());
     }
-    PAGODA_LOG(kInfo) << id << ": POST /v1/completions: " << cr.prompts.size() << " prompt(s), " << total
-                      << " prompt tokens, max_tokens " << specs[0].max_tokens << ", n " << cr.base.n
-                      << (cr.stream ? ", stream" : "");
+    PAGODA_LOG(kInfo) << id << ": POST /v1/completions: " << cr.prompts.size() << " prompt(s), "
+                      << total << " prompt tokens, max_tokens " << specs[0].max_tokens << ", n "
+                      << cr.base.n << (cr.stream ? ", stream" : "");
     g->stream = engine_.Submit(std::move(specs), id);
     g->Init(g->stream->num_choices());
     Respond(engine_, ctx_.tokenizer, g, cr.stream, res);
@@ -308,7 +322,8 @@ void HttpServer::HandleCompletions(const httplib::Request& req, httplib::Respons
 }
 
 std::string HttpServer::RenderChat(const ChatRequest& chat) const {
-  return chat_.Render(chat.messages, chat.tools, chat.add_generation_prompt, chat.chat_template_kwargs);
+  return chat_.Render(chat.messages, chat.tools, chat.add_generation_prompt,
+                      chat.chat_template_kwargs);
 }
 
 void HttpServer::HandleChat(const httplib::Request& req, httplib::Response& res) {
@@ -316,7 +331,8 @@ void HttpServer::HandleChat(const httplib::Request& req, httplib::Response& res)
   Guarded(id, res, [&] {
     const ordered_json body = ParseJsonBody(req.body);
     ChatRequest cr = ParseChatRequest(body, ctx_);
-    if (ctx_.tokenizer == nullptr) throw ApiError(400, "this model has no tokenizer: chat needs one", "messages");
+    if (ctx_.tokenizer == nullptr)
+      throw ApiError(400, "this model has no tokenizer: chat needs one", "messages");
     const std::string prompt = RenderChat(cr);
     EncodeOptions o;
     o.add_special_tokens = false;  // the template writes BOS itself (vLLM's default for chat)
@@ -332,9 +348,10 @@ void HttpServer::HandleChat(const httplib::Request& req, httplib::Response& res)
     g->include_usage = cr.include_usage;
     g->want_logprobs = cr.logprobs;
     g->prompt_lens = {static_cast<int64_t>(prompts[0].size())};
-    PAGODA_LOG(kInfo) << id << ": POST /v1/chat/completions: " << cr.messages.size() << " message(s), "
-                      << prompts[0].size() << " prompt tokens, max_tokens " << specs[0].max_tokens << ", n "
-                      << cr.base.n << (cr.stream ? ", stream" : "");
+    PAGODA_LOG(kInfo) << id << ": POST /v1/chat/completions: " << cr.messages.size()
+                      << " message(s), " << prompts[0].size() << " prompt tokens, max_tokens "
+                      << specs[0].max_tokens << ", n " << cr.base.n
+                      << (cr.stream ? ", stream" : "");
     g->stream = engine_.Submit(std::move(specs), id);
     g->Init(g->stream->num_choices());
     Respond(engine_, ctx_.tokenizer, g, cr.stream, res);
@@ -345,7 +362,8 @@ void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& 
   Guarded("tokenize", res, [&] {
     const ordered_json body = ParseJsonBody(req.body);
     if (ctx_.tokenizer == nullptr) throw ApiError(400, "this model has no tokenizer");
-    if (body.contains("model") && !body["model"].is_null() && body["model"] != ctx_.served_model_name) {
+    if (body.contains("model") && !body["model"].is_null() &&
+        body["model"] != ctx_.served_model_name) {
       throw ApiError(400, "The model `" + DumpJson(body["model"]) + "` does not exist", "model");
     }
     std::string text;
@@ -354,7 +372,8 @@ void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& 
       ChatRequest cr;
       cr.messages = ParseMessages(body);
       if (body.contains("add_generation_prompt")) {
-        if (!body["add_generation_prompt"].is_boolean()) throw ApiError(400, "'add_generation_prompt' must be a boolean", "add_generation_prompt");
+        if (!body["add_generation_prompt"].is_boolean())
+          throw ApiError(400, "'add_generation_prompt' must be a boolean", "add_generation_prompt");
         cr.add_generation_prompt = body["add_generation_prompt"].get<bool>();
       }
       text = RenderChat(cr);
@@ -375,7 +394,8 @@ void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& 
     o.parse_special = true;
     const std::vector<int32_t> ids = ctx_.tokenizer->Encode(text, o);
     SendJson(res, 200,
-             ordered_json{{"count", ids.size()}, {"max_model_len", ctx_.max_model_len}, {"tokens", ids}});
+             ordered_json{
+                 {"count", ids.size()}, {"max_model_len", ctx_.max_model_len}, {"tokens", ids}});
   });
 }
 
@@ -384,15 +404,19 @@ void HttpServer::HandleDetokenize(const httplib::Request& req, httplib::Response
     const ordered_json body = ParseJsonBody(req.body);
     if (ctx_.tokenizer == nullptr) throw ApiError(400, "this model has no tokenizer");
     auto it = body.find("tokens");
-    if (it == body.end() || !it->is_array()) throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
+    if (it == body.end() || !it->is_array())
+      throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
     std::vector<int32_t> ids;
     for (const auto& v : *it) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= ctx_.vocab_size) {
-        throw ApiError(400, "'tokens' must be token ids in [0, " + std::to_string(ctx_.vocab_size) + ")", "tokens");
+        throw ApiError(400,
+                       "'tokens' must be token ids in [0, " + std::to_string(ctx_.vocab_size) + ")",
+                       "tokens");
       }
       ids.push_back(v.get<int32_t>());
     }
-    SendJson(res, 200, ordered_json{{"prompt", ctx_.tokenizer->Decode(ids, /*skip_special=*/true)}});
+    SendJson(res, 200,
+             ordered_json{{"prompt", ctx_.tokenizer->Decode(ids, /*skip_special=*/true)}});
   });
 }
 

@@ -34,8 +34,8 @@ namespace pagoda {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: any free port (see port())
-  std::string api_key;  // empty: no authentication
+  int port = 8000;         // 0: any free port (see port())
+  std::string api_key;     // empty: no authentication
   std::string model_path;  // shown as `root` in /v1/models
   int http_threads = 512;  // connections served at once (streams hold one each)
 };
@@ -43,8 +43,8 @@ struct ServerOptions {
 class HttpServer {
  public:
   // All references must outlive the server.
-  HttpServer(AsyncEngine& engine, ServerMetrics& metrics, const ChatRenderer& chat, const ApiContext& ctx,
-             const ServerOptions& options);
+  HttpServer(AsyncEngine& engine, ServerMetrics& metrics, const ChatRenderer& chat,
+             const ApiContext& ctx, const ServerOptions& options);
   ~HttpServer();
 
   // Binds the listening socket; throws pagoda::Error naming host:port on failure.

@@ -17,7 +17,8 @@ const char* JsonTypeName(const ordered_json& v) {
   return "null";
 }
 
-[[noreturn]] void BadField(const std::string& name, const std::string& expected, const ordered_json& got) {
+[[noreturn]] void BadField(const std::string& name, const std::string& expected,
+                           const ordered_json& got) {
   throw ApiError(400, "'" + name + "' must be " + expected + ", got " + JsonTypeName(got), name);
 }
 
@@ -68,7 +69,9 @@ void ParseCommon(const ordered_json& body, const ApiContext& ctx, GenerationRequ
   Fields f(body);
   if (auto m = f.String("model")) {
     if (*m != ctx.served_model_name) {
-      throw ApiError(400, "The model `" + *m + "` does not exist (this server serves `" + ctx.served_model_name + "`)",
+      throw ApiError(400,
+                     "The model `" + *m + "` does not exist (this server serves `" +
+                         ctx.served_model_name + "`)",
                      "model");
     }
     r->model = *m;
@@ -93,8 +96,10 @@ void ParseCommon(const ordered_json& body, const ApiContext& ctx, GenerationRequ
   if (s.temperature < 0) throw ApiError(400, "'temperature' must be >= 0", "temperature");
   if (!(s.top_p > 0 && s.top_p <= 1)) throw ApiError(400, "'top_p' must be in (0, 1]", "top_p");
   if (!(s.min_p >= 0 && s.min_p <= 1)) throw ApiError(400, "'min_p' must be in [0, 1]", "min_p");
-  if (!(s.repetition_penalty > 0)) throw ApiError(400, "'repetition_penalty' must be > 0", "repetition_penalty");
-  if (!(std::fabs(s.presence_penalty) <= 2)) throw ApiError(400, "'presence_penalty' must be in [-2, 2]", "presence_penalty");
+  if (!(s.repetition_penalty > 0))
+    throw ApiError(400, "'repetition_penalty' must be > 0", "repetition_penalty");
+  if (!(std::fabs(s.presence_penalty) <= 2))
+    throw ApiError(400, "'presence_penalty' must be in [-2, 2]", "presence_penalty");
   if (!(std::fabs(s.frequency_penalty) <= 2)) {
     throw ApiError(400, "'frequency_penalty' must be in [-2, 2]", "frequency_penalty");
   }
@@ -107,14 +112,16 @@ void ParseCommon(const ordered_json& body, const ApiContext& ctx, GenerationRequ
   }
   if (max_tokens) {
     if (*max_tokens < 1) {
-      throw ApiError(400, std::string("'") + max_name + "' must be at least 1, got " + std::to_string(*max_tokens),
-                     max_name);
+      throw ApiError(
+          400,
+          std::string("'") + max_name + "' must be at least 1, got " + std::to_string(*max_tokens),
+          max_name);
     }
     if (*max_tokens > ctx.max_model_len) {
       throw ApiError(400,
                      std::string("'") + max_name + "' is " + std::to_string(*max_tokens) +
-                         ", more than this model's maximum context length of " + std::to_string(ctx.max_model_len) +
-                         " tokens",
+                         ", more than this model's maximum context length of " +
+                         std::to_string(ctx.max_model_len) + " tokens",
                      max_name);
     }
     r->max_tokens = max_tokens;
@@ -124,7 +131,8 @@ void ParseCommon(const ordered_json& body, const ApiContext& ctx, GenerationRequ
     r->base.min_tokens = *v;
   }
   if (auto v = f.Integer("n")) {
-    if (*v < 1 || *v > 128) throw ApiError(400, "'n' must be in [1, 128], got " + std::to_string(*v), "n");
+    if (*v < 1 || *v > 128)
+      throw ApiError(400, "'n' must be in [1, 128], got " + std::to_string(*v), "n");
     r->base.n = *v;
   }
   r->base.ignore_eos = f.Bool("ignore_eos").value_or(false);
@@ -192,9 +200,12 @@ std::string DecodeIds(const std::vector<int32_t>& ids, const ApiContext& ctx) {
 int HttpStatusFor(const Error& e) {
   if (const auto* api = dynamic_cast<const ApiError*>(&e)) return api->status();
   switch (e.code()) {
-    case ErrorCode::kResourceExhausted: return 503;
-    case ErrorCode::kInternal: return 500;
-    default: return 400;
+    case ErrorCode::kResourceExhausted:
+      return 503;
+    case ErrorCode::kInternal:
+      return 500;
+    default:
+      return 400;
   }
 }
 
@@ -251,11 +262,13 @@ CompletionRequest ParseCompletionRequest(const ordered_json& body, const ApiCont
           r.prompts.push_back(ParseIdArray(item, ctx));
           r.prompt_texts.push_back(DecodeIds(r.prompts.back(), ctx));
         } else {
-          BadField("prompt", "a string, a list of strings, token ids, or a list of token-id lists", item);
+          BadField("prompt", "a string, a list of strings, token ids, or a list of token-id lists",
+                   item);
         }
       }
     } else {
-      BadField("prompt", "a string, a list of strings, token ids, or a list of token-id lists", first);
+      BadField("prompt", "a string, a list of strings, token ids, or a list of token-id lists",
+               first);
     }
   } else {
     BadField("prompt", "a string, a list of strings, token ids, or a list of token-id lists", *p);
@@ -283,10 +296,11 @@ ordered_json ParseMessages(const ordered_json& body) {
       std::string text;
       bool first = true;
       for (const auto& part : *content) {
-        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
-          throw ApiError(400, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported",
-                         "messages");
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+            !part.contains("text") || !part["text"].is_string()) {
+          throw ApiError(
+              400, "only text content parts ({\"type\": \"text\", \"text\": ...}) are supported",
+              "messages");
         }
         if (!first) text += "\n";
         text += part["text"].get<std::string>();
@@ -318,15 +332,16 @@ ChatRequest ParseChatRequest(const ordered_json& body, const ApiContext& ctx) {
   r.logprobs = f.Bool("logprobs").value_or(false);
   if (auto v = f.Integer("top_logprobs")) {
     if (*v < 0 || *v > 20) throw ApiError(400, "'top_logprobs' must be in [0, 20]", "top_logprobs");
-    if (!r.logprobs && *v > 0) throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (!r.logprobs && *v > 0)
+      throw ApiError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
     r.top_logprobs = *v;
   }
   if (r.logprobs) r.base.sampling.logprobs = r.top_logprobs;
   return r;
 }
 
-std::vector<RequestSpec> MakeSpecs(const std::vector<std::vector<int32_t>>& prompts, const GenerationRequest& req,
-                                   const ApiContext& ctx) {
+std::vector<RequestSpec> MakeSpecs(const std::vector<std::vector<int32_t>>& prompts,
+                                   const GenerationRequest& req, const ApiContext& ctx) {
   std::vector<RequestSpec> specs;
   for (const auto& prompt : prompts) {
     const int64_t len = static_cast<int64_t>(prompt.size());
@@ -342,9 +357,10 @@ std::vector<RequestSpec> MakeSpecs(const std::vector<std::vector<int32_t>>& prom
     spec.max_tokens = req.max_tokens.value_or(ctx.max_model_len - len);
     if (len + spec.max_tokens > ctx.max_model_len) {
       throw ApiError(400,
-                     "this model's maximum context length is " + std::to_string(ctx.max_model_len) + " tokens, but " +
-                         std::to_string(len + spec.max_tokens) + " were requested (" + std::to_string(len) +
-                         " in the prompt, " + std::to_string(spec.max_tokens) + " for the completion)",
+                     "this model's maximum context length is " + std::to_string(ctx.max_model_len) +
+                         " tokens, but " + std::to_string(len + spec.max_tokens) +
+                         " were requested (" + std::to_string(len) + " in the prompt, " +
+                         std::to_string(spec.max_tokens) + " for the completion)",
                      "max_tokens");
     }
     if (spec.min_tokens > spec.max_tokens) {
@@ -364,7 +380,8 @@ std::string NewRequestId(const std::string& prefix) {
 }
 
 int64_t UnixTime() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
@@ -398,8 +415,10 @@ ordered_json CompletionLogprobs(const Tokenizer* tokenizer, const std::vector<To
     offsets.push_back(text_offset);
     text_offset += static_cast<int64_t>(text.size());
   }
-  return ordered_json{
-      {"text_offset", offsets}, {"token_logprobs", token_logprobs}, {"tokens", tokens}, {"top_logprobs", top}};
+  return ordered_json{{"text_offset", offsets},
+                      {"token_logprobs", token_logprobs},
+                      {"tokens", tokens},
+                      {"top_logprobs", top}};
 }
 
 ordered_json ChatLogprobs(const Tokenizer* tokenizer, const std::vector<TokenLogprobs>& lps) {
@@ -411,8 +430,10 @@ ordered_json ChatLogprobs(const Tokenizer* tokenizer, const std::vector<TokenLog
       const std::string t = TokenText(tokenizer, id);
       top.push_back({{"token", t}, {"logprob", FiniteLogprob(v)}, {"bytes", Bytes(t)}});
     }
-    content.push_back(
-        {{"token", text}, {"logprob", FiniteLogprob(lp.logprob)}, {"bytes", Bytes(text)}, {"top_logprobs", top}});
+    content.push_back({{"token", text},
+                       {"logprob", FiniteLogprob(lp.logprob)},
+                       {"bytes", Bytes(text)},
+                       {"top_logprobs", top}});
   }
   return ordered_json{{"content", content}};
 }

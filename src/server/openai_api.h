@@ -9,11 +9,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "engine/engine.h"
@@ -57,8 +56,8 @@ struct ApiContext {
 struct GenerationRequest {
   std::string model;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  RequestSpec base;            // every field but `prompt`
+  bool include_usage = false;         // stream_options.include_usage
+  RequestSpec base;                   // every field but `prompt`
   std::optional<int64_t> max_tokens;  // max_tokens / max_completion_tokens, when given
 };
 
@@ -90,8 +89,8 @@ ordered_json ParseMessages(const ordered_json& body);
 // One RequestSpec per prompt: checks each prompt (non-empty, ids in the vocabulary,
 // prompt + max_tokens within max_model_len) and fills the default max_tokens
 // (max_model_len - prompt length, as vLLM does).
-std::vector<RequestSpec> MakeSpecs(const std::vector<std::vector<int32_t>>& prompts, const GenerationRequest& req,
-                                   const ApiContext& ctx);
+std::vector<RequestSpec> MakeSpecs(const std::vector<std::vector<int32_t>>& prompts,
+                                   const GenerationRequest& req, const ApiContext& ctx);
 
 // ---- responses ----
 

@@ -103,7 +103,8 @@ TEST(OpenAiApiTest, OutOfRangeValuesAre400) {
 }
 
 TEST(OpenAiApiTest, UnknownModelIs400) {
-  auto [status, param] = ErrorOf([&] { ParseCompletionRequest(Body(R"({"model": "x", "prompt": [1]})"), Ctx()); });
+  auto [status, param] =
+      ErrorOf([&] { ParseCompletionRequest(Body(R"({"model": "x", "prompt": [1]})"), Ctx()); });
   EXPECT_EQ(status, 400);
   EXPECT_EQ(param, "model");
 }
@@ -120,27 +121,35 @@ TEST(OpenAiApiTest, DefaultMaxTokensFillsTheContext) {
 }
 
 TEST(OpenAiApiTest, PromptPlusMaxTokensBeyondTheContextIs400) {
-  CompletionRequest r = ParseCompletionRequest(Body(R"({"prompt": [1, 2, 3, 4], "max_tokens": 61})"), Ctx());
+  CompletionRequest r =
+      ParseCompletionRequest(Body(R"({"prompt": [1, 2, 3, 4], "max_tokens": 61})"), Ctx());
   EXPECT_EQ(ErrorOf([&] { MakeSpecs(r.prompts, r, Ctx()); }).first, 400);
   std::vector<int32_t> long_prompt(64, 1);
   CompletionRequest r2;
   r2.prompts = {long_prompt};
-  EXPECT_EQ(ErrorOf([&] { MakeSpecs(r2.prompts, r2, Ctx()); }), (std::pair<int, std::string>{400, "prompt"}));
+  EXPECT_EQ(ErrorOf([&] { MakeSpecs(r2.prompts, r2, Ctx()); }),
+            (std::pair<int, std::string>{400, "prompt"}));
 }
 
 TEST(OpenAiApiTest, ChatFieldsAndMessages) {
   ChatRequest r = ParseChatRequest(
-      Body(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+      Body(
+          R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
                "logprobs": true, "top_logprobs": 2, "max_completion_tokens": 3})"),
       Ctx());
   EXPECT_EQ(r.messages[0]["content"], "a\nb");
   EXPECT_EQ(r.base.sampling.logprobs, 2);
   EXPECT_EQ(*r.max_tokens, 3);
-  EXPECT_EQ(ErrorOf([] { ParseChatRequest(Body(R"({"messages": "hi"})"), Ctx()); }).second, "messages");
-  EXPECT_EQ(ErrorOf([] { ParseChatRequest(Body(R"({"messages": []})"), Ctx()); }).second, "messages");
-  EXPECT_EQ(ErrorOf([] { ParseChatRequest(Body(R"({"messages": [{"content": "x"}]})"), Ctx()); }).second, "messages");
-  EXPECT_EQ(ErrorOf([] { ParseChatRequest(Body(R"({"messages": [{"role": "user"}], "logprobs": 1})"), Ctx()); })
-                .second,
+  EXPECT_EQ(ErrorOf([] { ParseChatRequest(Body(R"({"messages": "hi"})"), Ctx()); }).second,
+            "messages");
+  EXPECT_EQ(ErrorOf([] { ParseChatRequest(Body(R"({"messages": []})"), Ctx()); }).second,
+            "messages");
+  EXPECT_EQ(
+      ErrorOf([] { ParseChatRequest(Body(R"({"messages": [{"content": "x"}]})"), Ctx()); }).second,
+      "messages");
+  EXPECT_EQ(ErrorOf([] {
+              ParseChatRequest(Body(R"({"messages": [{"role": "user"}], "logprobs": 1})"), Ctx());
+            }).second,
             "logprobs");
 }
 
