@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/logging.h"
+#include "kv/kv_cache_config.h"
 
 namespace pagoda {
 
@@ -30,6 +32,18 @@ GenerateResult Generator::Generate(const GenerateRequest& req, const std::functi
   // never fed back).
   const int64_t num_blocks = (max_model_len_ + bs - 1) / bs;
   KVStorage cache(model_.KVShapeFor(num_blocks, bs, options_.kv_dtype));
+  if (!logged_kv_) {
+    logged_kv_ = true;
+    KVCacheConfig c;
+    c.num_blocks = num_blocks;
+    c.block_size = bs;
+    c.bytes_per_token = cache.bytes() / (num_blocks * bs);
+    c.max_model_len = max_model_len_;
+    c.dtype = options_.kv_dtype == DType::kF32   ? KVCacheDType::kF32
+              : options_.kv_dtype == DType::kF16 ? KVCacheDType::kF16
+                                                 : KVCacheDType::kBF16;
+    PAGODA_LOG(kInfo) << FormatKVCacheConfig(c);
+  }
   std::vector<int32_t> block_table(num_blocks);
   for (int64_t i = 0; i < num_blocks; ++i) block_table[i] = static_cast<int32_t>(i);
 

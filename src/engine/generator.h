@@ -51,6 +51,7 @@ class Generator {
   Model& model_;
   GeneratorOptions options_;
   int64_t max_model_len_;
+  bool logged_kv_ = false;  // the "KV cache: ..." start-up line, once
 };
 
 }  // namespace pagoda
