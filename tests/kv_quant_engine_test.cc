@@ -17,7 +17,7 @@ namespace {
 
 struct Policy {
   KVCacheDType dtype;
-  int64_t sink = 0, recent = 0;
+  int64_t sink = 0, recent = 0, heavy = 0;
 };
 
 class KVQuantEngineTest : public ::testing::TestWithParam<Policy> {
@@ -33,6 +33,7 @@ class KVQuantEngineTest : public ::testing::TestWithParam<Policy> {
     c.kv.dtype = GetParam().dtype;
     c.kv_quant.sink_tokens = GetParam().sink;
     c.kv_quant.recent_tokens = GetParam().recent;
+    c.kv_quant.heavy_tokens = GetParam().heavy;
     c.scheduler.max_model_len = 256;
     c.scheduler.max_num_batched_tokens = budget;
     c.scheduler.max_num_seqs = 64;
@@ -98,11 +99,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Policy{KVCacheDType::kFp8E4M3}, Policy{KVCacheDType::kInt8},
                       Policy{KVCacheDType::kInt4}, Policy{KVCacheDType::kNvfp4},
                       Policy{KVCacheDType::kKivi2}, Policy{KVCacheDType::kInt4, 4, 0},
-                      Policy{KVCacheDType::kFp8E4M3, 0, 8}, Policy{KVCacheDType::kKivi2, 4, 8}),
+                      Policy{KVCacheDType::kFp8E4M3, 0, 8}, Policy{KVCacheDType::kKivi2, 4, 8},
+                      Policy{KVCacheDType::kInt4, 0, 0, 2}, Policy{KVCacheDType::kKivi2, 0, 0, 2}),
     [](const auto& info) {
       const Policy& p = info.param;
       return std::string(KVCacheDTypeName(p.dtype)) + "_sink" + std::to_string(p.sink) + "_recent" +
-             std::to_string(p.recent);
+             std::to_string(p.recent) + "_heavy" + std::to_string(p.heavy);
     });
 
 }  // namespace

@@ -27,6 +27,9 @@ void ModelFlags::Add(CLI::App* app) {
       ->capture_default_str();
   app->add_option("--kv-recent-tokens", kv_recent_tokens,
                   "recent tokens kept bf16 (quantized KV; within the query's own block)")->capture_default_str();
+  app->add_option("--kv-heavy-tokens", kv_heavy_tokens,
+                  "per block, tokens with the most attention mass kept bf16 (quantized KV)")
+      ->capture_default_str();
   app->add_option("--block-size", block_size, "tokens per KV block (power of two, 1..256)")->capture_default_str();
   app->add_option("--max-model-len", max_model_len, "context length (default: the model's)");
   app->add_option("--threads", threads, "CPU threads (default: all cores)");
@@ -55,6 +58,9 @@ KVQuantOptions ModelFlags::KVQuant() const {
   for (int32_t l : ParseIdList(kv_skip_layers, "--kv-cache-dtype-skip-layers")) o.skip_layers.push_back(l);
   o.sink_tokens = kv_sink_tokens;
   o.recent_tokens = kv_recent_tokens;
+  PAGODA_ENSURE(kv_heavy_tokens >= 0 && kv_heavy_tokens <= block_size, ErrorCode::kInvalidArgument,
+                "--kv-heavy-tokens must be in 0.." << block_size << " (the block size)");
+  o.heavy_tokens = kv_heavy_tokens;
   return o;
 }
 

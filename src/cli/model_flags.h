@@ -27,10 +27,11 @@ struct ModelFlags {
   std::string kv_skip_layers;  // "0,31"
   int64_t kv_sink_tokens = 0;
   int64_t kv_recent_tokens = 0;
+  int64_t kv_heavy_tokens = 0;
 
   // Adds --model (required), --tokenizer, --dtype, --kv-cache-dtype, --block-size,
   // --max-model-len, --threads, and the quantized-KV options --kv-quant-group-size,
-  // --kv-cache-dtype-skip-layers, --kv-sink-tokens, --kv-recent-tokens.
+  // --kv-cache-dtype-skip-layers, --kv-sink-tokens, --kv-recent-tokens, --kv-heavy-tokens.
   void Add(CLI::App* app);
   // The quantized-KV options (validated; throws InvalidArgument naming the flag).
   KVQuantOptions KVQuant() const;

@@ -75,9 +75,15 @@ bool IsQuantizedKV(KVCacheDType t) {
 
 int64_t KVBytesPerTokenPerLayer(const KVShape& s, KVCacheDType dtype, const KVQuantOptions& o) {
   PAGODA_CHECK(o.group_size > 0 && o.block_size > 0) << "group and block size must be positive";
+  // Query-aware heavy rows (quantized formats, not MLA): a per-block tail in each array.
+  const auto heavy = [&](int64_t d) {
+    if (o.heavy_tokens <= 0 || !IsQuantizedKV(dtype) || s.mla || d == 0) return int64_t{0};
+    return CeilDiv(1 + o.heavy_tokens + 2 * o.heavy_tokens * s.num_kv_heads * d, o.block_size);
+  };
   if (dtype == KVCacheDType::kKivi2 && !s.mla) {
     return s.num_kv_heads * (KiviKeyBytes(s.head_dim_k, o.block_size) +
-                             VectorBytes(s.head_dim_v, dtype, o.group_size));
+                             VectorBytes(s.head_dim_v, dtype, o.group_size)) +
+           heavy(s.head_dim_k) + heavy(s.head_dim_v);
   }
   if (s.mla) {
     const KVCacheDType rope_dtype =
@@ -86,7 +92,8 @@ int64_t KVBytesPerTokenPerLayer(const KVShape& s, KVCacheDType dtype, const KVQu
            VectorBytes(s.rope_dim, rope_dtype, o.group_size);
   }
   return s.num_kv_heads * (VectorBytes(s.head_dim_k, dtype, o.group_size) +
-                           VectorBytes(s.head_dim_v, dtype, o.group_size));
+                           VectorBytes(s.head_dim_v, dtype, o.group_size)) +
+         heavy(s.head_dim_k) + heavy(s.head_dim_v);
 }
 
 int64_t KVBytesPerToken(const KVShape& s, KVCacheDType dtype, const KVQuantOptions& o) {

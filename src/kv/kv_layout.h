@@ -14,6 +14,8 @@
 //                         keys: per block, d x (f16 scale, f16 min) per head over the block's
 //                         B tokens + ceil(d/4) bytes per token, padded to whole bytes per
 //                         token: ceil((4d + B ceil(d/4)) / B) per token and head
+// heavy_tokens K adds per block and array [valid u8][K offsets][K x heads x d bf16] padded
+// to whole bytes per token: ceil((1 + K + 2 K heads d) / B) per token, for K and for V.
 // Layers in skip_layers count as bf16. The wide side pool of sink/recent/kivi2-residual
 // tokens is not per token (bounded per sequence) and not counted here.
 // MLA caches the latent c_kv (kv_lora_rank) in the format and k_pe (qk_rope_head_dim)
@@ -61,6 +63,8 @@ struct KVQuantOptions {
   std::vector<int64_t> skip_layers;  // --kv-cache-dtype-skip-layers: these layers stay bf16
   int64_t sink_tokens = 0;     // --kv-sink-tokens: first tokens kept bf16 (side pool)
   int64_t recent_tokens = 0;   // --kv-recent-tokens: recent tokens kept bf16 (side pool)
+  int64_t heavy_tokens = 0;    // --kv-heavy-tokens: per block, bf16 copies of the tokens with
+                               // the most attention mass (in the block: counted per token)
 };
 
 // True for the formats that store codes and scales (fp8 and narrower).

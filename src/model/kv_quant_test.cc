@@ -42,10 +42,12 @@ TEST(KVQuantStorageTest, BytesPerTokenIsWhatTheAllocatorAllocates) {
       for (KVCacheDType t :
            {KVCacheDType::kBF16, KVCacheDType::kFp8E4M3, KVCacheDType::kFp8E5M2,
             KVCacheDType::kInt8, KVCacheDType::kInt4, KVCacheDType::kNvfp4, KVCacheDType::kKivi2}) {
-        for (bool skip : {false, true}) {
+        for (int variant = 0; variant < 3; ++variant) {
+          const bool skip = variant == 1;
           KVQuantOptions o;
           o.block_size = bs;
           if (skip) o.skip_layers = {0, s.num_layers - 1};
+          if (variant == 2) o.heavy_tokens = std::min<int64_t>(bs, 2);
           const int64_t num_blocks = 3;
           KVStorage cache(StorageShape(s, t, o, num_blocks));
           EXPECT_EQ(cache.bytes(), num_blocks * bs * KVBytesPerToken(s, t, o))
@@ -97,6 +99,7 @@ std::vector<float> RunSequence(KVStorage& cache, const std::vector<float>& k,
     }
     for (int64_t l = 0; l < s.num_layers; ++l) {
       cache.Write(l, &k[start * kw], &v[start * kw], slots.data(), n, positions.data());
+      cache.ObserveQueries(l, &q[start * num_heads * d], num_heads, slots.data(), n, 0.125f);
       PagedAttentionParams p;
       p.q = &q[start * num_heads * d];
       p.out = &out[start * num_heads * d];
@@ -124,17 +127,21 @@ TEST(KVQuantStorageTest, SameResultsWhateverTheChunking) {
   for (auto* x : {&k, &v, &q})
     for (float& f : *x) f = normal(rng);
   for (KVCacheDType t : kQuantized) {
-    for (int policy = 0; policy < 3; ++policy) {
+    for (int policy = 0; policy < 4; ++policy) {
       KVQuantOptions o;
       if (policy == 1) o.sink_tokens = 4;
       if (policy == 2) o.recent_tokens = 6;
+      if (policy == 3) o.heavy_tokens = 3;
       SCOPED_TRACE(std::string(KVCacheDTypeName(t)) + " policy " + std::to_string(policy));
       std::vector<float> first;
       for (int64_t chunk : {len, int64_t{1}, int64_t{7}, int64_t{16}}) {
         KVStorage cache(StorageShape(shape, t, o, 6));
         const std::vector<float> out = RunSequence(cache, k, v, q, len, chunk, heads);
         if (first.empty()) first = out;
-        ASSERT_EQ(out, first) << "chunk " << chunk;
+        for (size_t i = 0; i < out.size(); ++i) {
+          ASSERT_EQ(out[i], first[i]) << "chunk " << chunk << " query " << i / (heads * 64) << " head "
+                                      << i / 64 % heads;
+        }
       }
       // ... and closer to the exact result than the format alone would be (not all garbage).
       KVStorage exact(StorageShape(shape, KVCacheDType::kF32, {}, 6));

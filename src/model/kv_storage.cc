@@ -1,6 +1,7 @@
 #include "model/kv_storage.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -33,6 +34,7 @@ KVStorageShape ApplyKVCacheFormat(KVStorageShape s, KVCacheDType t, const KVQuan
   s.wide_layers = o.skip_layers;
   s.sink_tokens = o.sink_tokens;
   s.recent_tokens = o.recent_tokens;
+  s.heavy_tokens = o.heavy_tokens;
   return s;
 }
 
@@ -44,6 +46,9 @@ KVStorage::KVStorage(const KVStorageShape& s) : shape_(s) {
                 "--kv-quant-group-size must be positive, got " << s.group_size);
   PAGODA_ENSURE(s.sink_tokens >= 0 && s.recent_tokens >= 0, ErrorCode::kInvalidArgument,
                 "--kv-sink-tokens and --kv-recent-tokens must be >= 0");
+  PAGODA_ENSURE(s.heavy_tokens >= 0 && s.heavy_tokens <= s.block_size, ErrorCode::kInvalidArgument,
+                "--kv-heavy-tokens must be in 0.." << s.block_size << " (the block size), got "
+                                                    << s.heavy_tokens);
   for (int64_t l : s.wide_layers) {
     PAGODA_ENSURE(l >= 0 && l < s.num_layers, ErrorCode::kInvalidArgument,
                   "--kv-cache-dtype-skip-layers: layer " << l << " is outside 0.." << s.num_layers - 1);
@@ -61,6 +66,7 @@ KVStorage::KVStorage(const KVStorageShape& s) : shape_(s) {
     f.num_heads = s.num_kv_heads;
     f.head_dim = s.head_dim;
     f.group = s.group_size;
+    f.heavy_rows = wide ? 0 : s.heavy_tokens;
     KVArrayFormat fk = f, fv = f;
     fk.per_channel = f.quant == KVQuant::kKivi2;
     fv.head_dim = dv;
@@ -84,6 +90,9 @@ KVStorage::KVStorage(const KVStorageShape& s) : shape_(s) {
   sink_block_.resize(L);
   keys_quantized_.resize(L);
   filled_.resize(L);
+  mass_.resize(L);
+  mass_count_.resize(L);
+  heavy_frozen_.resize(L);
   for (int64_t l = 0; l < s.num_layers; ++l) {
     k_[l].assign(s.num_blocks * KVBlockBytes(k_format_[l]), 0);
     v_[l].assign(s.num_blocks * KVBlockBytes(v_format_[l]), 0);
@@ -91,6 +100,11 @@ KVStorage::KVStorage(const KVStorageShape& s) : shape_(s) {
       wide_index_[l].assign(s.num_blocks, -1);
       sink_block_[l].assign(s.num_blocks, 0);
       keys_quantized_[l].assign(s.num_blocks, 0);
+    }
+    if (UsesWide(l) && s.heavy_tokens > 0) {
+      mass_[l].assign(s.num_blocks * s.block_size, 0.0f);
+      mass_count_[l].assign(s.num_blocks * s.block_size, 0.0f);
+      heavy_frozen_[l].assign(s.num_blocks, 0);
     }
   }
 }
@@ -109,7 +123,8 @@ int64_t KVStorage::side_bytes() const {
 
 bool KVStorage::UsesWide(int64_t layer) const {
   if (k_format_[layer].quant == KVQuant::kNone) return false;
-  return k_format_[layer].quant == KVQuant::kKivi2 || shape_.sink_tokens > 0 || shape_.recent_tokens > 0;
+  return k_format_[layer].quant == KVQuant::kKivi2 || shape_.sink_tokens > 0 ||
+         shape_.recent_tokens > 0 || shape_.heavy_tokens > 0;
 }
 
 void KVStorage::SetTensorScales(int64_t layer, float k_scale, float v_scale) {
@@ -202,9 +217,17 @@ void KVStorage::Write(int64_t layer, const float* k, const float* v, const int64
       if (offset == 0) {  // a new use of the block
         sink_block_[layer][block] = 0;
         keys_quantized_[layer][block] = 0;
+        if (shape_.heavy_tokens > 0) {
+          heavy_frozen_[layer][block] = 0;
+          std::fill_n(mass_[layer].begin() + block * bs, bs, 0.0f);
+          std::fill_n(mass_count_[layer].begin() + block * bs, bs, 0.0f);
+          ClearHeavyRows(fk, k_[layer].data() + block * kblock);
+          ClearHeavyRows(fv, v_[layer].data() + block * vblock);
+        }
       }
       if (sink) sink_block_[layer][block] = 1;
-      const bool want = fk.quant == KVQuant::kKivi2 || shape_.recent_tokens > 0 || sink;
+      const bool want = fk.quant == KVQuant::kKivi2 || shape_.recent_tokens > 0 ||
+                        shape_.heavy_tokens > 0 || sink;
       if (want || wide_index_[layer][block] >= 0) {
         const int64_t w = WideBlock(layer, block, offset);
         QuantizeRow(shape_.dtype, kt, wide_k_[layer].data() + (w * bs + offset) * kw * esize, kw);
@@ -220,6 +243,72 @@ void KVStorage::Write(int64_t layer, const float* k, const float* v, const int64
       filled_[layer].push_back(block);
     }
   }
+}
+
+void KVStorage::ObserveQueries(int64_t layer, const float* q, int64_t num_heads, const int64_t* slots,
+                               int64_t n, float scale) {
+  if (shape_.heavy_tokens <= 0 || !UsesWide(layer)) return;
+  const int64_t bs = shape_.block_size, heads = shape_.num_kv_heads, d = shape_.head_dim;
+  const int64_t group = num_heads / heads, esize = DTypeBlockBytes(shape_.dtype);
+  std::vector<float> keys(bs * heads * d), s(bs);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t block = slots[t] / bs, offset = slots[t] % bs;
+    const int32_t w = wide_index_[layer][block];
+    if (w < 0 || heavy_frozen_[layer][block]) continue;
+    DequantizeRow(shape_.dtype, wide_k_[layer].data() + w * bs * k_width() * esize, keys.data(),
+                  (offset + 1) * k_width());
+    float* mass = &mass_[layer][block * bs];
+    float* count = &mass_count_[layer][block * bs];
+    for (int64_t h = 0; h < num_heads; ++h) {
+      const float* qh = q + (t * num_heads + h) * d;
+      const int64_t kvh = h / group;
+      float m = -INFINITY;
+      for (int64_t j = 0; j <= offset; ++j) {
+        float dot = 0.0f;
+        for (int64_t i = 0; i < d; ++i) dot += qh[i] * keys[(j * heads + kvh) * d + i];
+        s[j] = dot * scale;
+        m = std::max(m, s[j]);
+      }
+      float sum = 0.0f;
+      for (int64_t j = 0; j <= offset; ++j) sum += (s[j] = std::exp(s[j] - m));
+      for (int64_t j = 0; j <= offset; ++j) {
+        mass[j] += s[j] / sum;
+        count[j] += 1.0f;
+      }
+    }
+  }
+  // A block whose last query has been seen has all its mass: choose now, so that every later
+  // query, in this step or after, reads the same rows however the prompt was chunked.
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t block = slots[t] / bs;
+    if (slots[t] % bs == bs - 1 && !heavy_frozen_[layer][block] && wide_index_[layer][block] >= 0) {
+      FreezeHeavyRows(layer, block);
+    }
+  }
+}
+
+void KVStorage::FreezeHeavyRows(int64_t layer, int64_t block) {
+  const int64_t bs = shape_.block_size, k = shape_.heavy_tokens, esize = DTypeBlockBytes(shape_.dtype);
+  const float* mass = &mass_[layer][block * bs];
+  const float* count = &mass_count_[layer][block * bs];
+  std::vector<int64_t> order(bs);
+  for (int64_t i = 0; i < bs; ++i) order[i] = i;
+  auto mean = [&](int64_t i) { return count[i] > 0 ? mass[i] / count[i] : 0.0f; };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return mean(a) > mean(b); });
+  order.resize(k);
+  const int32_t w = wide_index_[layer][block];
+  for (bool value : {false, true}) {
+    const KVArrayFormat& f = value ? v_format_[layer] : k_format_[layer];
+    const int64_t width = value ? v_width() : k_width();
+    const auto& pool = value ? wide_v_[layer] : wide_k_[layer];
+    std::vector<float> rows(k * width);
+    for (int64_t i = 0; i < k; ++i) {
+      DequantizeRow(shape_.dtype, pool.data() + (w * bs + order[i]) * width * esize, &rows[i * width], width);
+    }
+    auto& arr = value ? v_[layer] : k_[layer];
+    SetHeavyRows(f, arr.data() + block * KVBlockBytes(f), order.data(), rows.data());
+  }
+  heavy_frozen_[layer][block] = 1;
 }
 
 void KVStorage::ReadSlot(int64_t layer, bool value, int64_t slot, float* out) const {
@@ -247,6 +336,12 @@ void KVStorage::CopyBlock(int64_t src, int64_t dst) {
     if (!UsesWide(l)) continue;
     sink_block_[l][dst] = sink_block_[l][src];
     keys_quantized_[l][dst] = keys_quantized_[l][src];
+    if (shape_.heavy_tokens > 0) {
+      const int64_t bs = shape_.block_size;
+      heavy_frozen_[l][dst] = heavy_frozen_[l][src];
+      std::copy_n(mass_[l].begin() + src * bs, bs, mass_[l].begin() + dst * bs);
+      std::copy_n(mass_count_[l].begin() + src * bs, bs, mass_count_[l].begin() + dst * bs);
+    }
     if (wide_index_[l][src] < 0) {
       if (wide_index_[l][dst] >= 0) {
         wide_free_[l].push_back(wide_index_[l][dst]);
@@ -276,7 +371,9 @@ void KVStorage::FillAttentionParams(int64_t layer, PagedAttentionParams* p) cons
     p->wide_index = wide_index_[layer].data();
     p->sink_tokens = shape_.sink_tokens;
     p->recent_tokens = shape_.recent_tokens;
-    p->own_block_wide = k_format_[layer].quant == KVQuant::kKivi2;
+    // kivi2: the residual; heavy rows: a block's choice is made only once it is full, so its
+    // own queries read it wide, whichever step the choice happened in.
+    p->own_block_wide = k_format_[layer].quant == KVQuant::kKivi2 || shape_.heavy_tokens > 0;
   } else {
     p->k_wide = p->v_wide = nullptr;
     p->wide_index = nullptr;

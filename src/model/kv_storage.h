@@ -18,6 +18,13 @@
 //     copy (the recent window is clipped to the query's block: the wide copy of a block is
 //     dropped once the block is full and the step that filled it is over).
 //   - sink_tokens S: positions < S keep their wide copy for as long as the block holds them.
+//   - heavy_tokens K (query-aware): ObserveQueries adds, for each new query, its attention
+//     probabilities over the keys of its own block (softmax restricted to that block, from
+//     the wide copy) to the block's per-token mass. Once the query at the block's last slot
+//     has been observed, the K tokens with the largest mean mass (ties: the earlier token)
+//     are copied in bf16 into the block's heavy-row tail (kernels/cpu/kv_quant.h), where
+//     attention reads them from then on (a query reads its own block from the wide copy).
+//     The choice is frozen with the block, so it is shared with it.
 // A block gets a wide copy when written (offset 0 starts it; a write at offset > 0 into a
 // block without one seeds it from the dequantized block). When the last offset of a block is
 // written, kivi2 keys are quantized from the wide copy, and the copy is released at the start
@@ -58,6 +65,7 @@ struct KVStorageShape {
   std::vector<int64_t> wide_layers; // --kv-cache-dtype-skip-layers
   int64_t sink_tokens = 0;          // --kv-sink-tokens
   int64_t recent_tokens = 0;        // --kv-recent-tokens (clipped to the query's own block)
+  int64_t heavy_tokens = 0;         // --kv-heavy-tokens: bf16 copies per block (query-aware)
 };
 
 // `base` (from Model::KVShapeFor with the wide dtype, bf16 for quantized formats) with the
@@ -102,6 +110,11 @@ class KVStorage {
   // (tests, debugging): the wide copy where attention would read one for a query in the same
   // block, else the block's codes.
   void ReadSlot(int64_t layer, bool value, int64_t slot, float* out) const;
+  // Query-aware policy (heavy_tokens > 0; otherwise a no-op): q [n, num_heads, head_dim] f32
+  // (RoPE applied) of the n tokens just written at `slots`, with the softmax scale.
+  // REQUIRES: called after Write for the same tokens, before the next Write of the layer.
+  void ObserveQueries(int64_t layer, const float* q, int64_t num_heads, const int64_t* slots,
+                      int64_t n, float scale);
   // Copies block src to dst in every layer (copy-on-write), wide copies included.
   void CopyBlock(int64_t src, int64_t dst);
   // Points p's caches, formats and wide-copy fields at `layer`. Valid until the next Write.
@@ -112,6 +125,7 @@ class KVStorage {
   int32_t WideBlock(int64_t layer, int64_t block, int64_t offset);
   void QuantizeFullKeys(int64_t layer, int64_t block);
   void DequantizeIntoWide(int64_t layer, int64_t block, int64_t rows);
+  void FreezeHeavyRows(int64_t layer, int64_t block);
 
   KVStorageShape shape_;
   std::vector<KVArrayFormat> k_format_, v_format_;
@@ -123,6 +137,10 @@ class KVStorage {
   std::vector<std::vector<uint8_t>> sink_block_;    // [num_blocks]: holds positions < sink_tokens
   std::vector<std::vector<uint8_t>> keys_quantized_;  // [num_blocks]: kivi2 keys hold codes
   std::vector<std::vector<int64_t>> filled_;        // blocks filled by the last Write
+  // Query-aware policy, per layer: [num_blocks * block_size] attention mass and query count
+  // per token, and whether the block's heavy rows are chosen.
+  std::vector<std::vector<float>> mass_, mass_count_;
+  std::vector<std::vector<uint8_t>> heavy_frozen_;
 };
 
 }  // namespace pagoda

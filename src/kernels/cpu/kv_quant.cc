@@ -150,10 +150,46 @@ int64_t KVRowBytes(const KVArrayFormat& f) {
   return 0;
 }
 
-int64_t KVBlockBytes(const KVArrayFormat& f) {
+namespace {
+// Bytes before the heavy-row tail.
+int64_t CodeBytes(const KVArrayFormat& f) {
   const int64_t rows = f.block_size * f.num_heads * KVRowBytes(f);
   if (f.quant != KVQuant::kKivi2 || !f.per_channel) return rows;
   return CeilDiv(KiviKeyHeaderBytes(f) + rows, f.block_size) * f.block_size;
+}
+int64_t HeavyBytes(const KVArrayFormat& f) {
+  if (f.heavy_rows <= 0 || f.quant == KVQuant::kNone) return 0;
+  const int64_t raw = 1 + f.heavy_rows + f.heavy_rows * f.num_heads * f.head_dim * 2;
+  return CeilDiv(raw, f.block_size) * f.block_size;
+}
+// The bf16 heavy copy of (offset, head), or null.
+const uint8_t* HeavyRow(const KVArrayFormat& f, const uint8_t* block, int64_t offset,
+                        int64_t head) {
+  if (HeavyBytes(f) == 0) return nullptr;
+  const uint8_t* tail = block + CodeBytes(f);
+  if (tail[0] == 0) return nullptr;
+  for (int64_t i = 0; i < f.heavy_rows; ++i) {
+    if (tail[1 + i] == offset) {
+      return tail + 1 + f.heavy_rows + (i * f.num_heads + head) * f.head_dim * 2;
+    }
+  }
+  return nullptr;
+}
+}  // namespace
+
+int64_t KVBlockBytes(const KVArrayFormat& f) { return CodeBytes(f) + HeavyBytes(f); }
+
+void SetHeavyRows(const KVArrayFormat& f, uint8_t* block, const int64_t* offsets,
+                  const float* rows) {
+  if (HeavyBytes(f) == 0) return;
+  uint8_t* tail = block + CodeBytes(f);
+  tail[0] = 1;
+  for (int64_t i = 0; i < f.heavy_rows; ++i) tail[1 + i] = static_cast<uint8_t>(offsets[i]);
+  QuantizeRow(DType::kBF16, rows, tail + 1 + f.heavy_rows, f.heavy_rows * f.num_heads * f.head_dim);
+}
+
+void ClearHeavyRows(const KVArrayFormat& f, uint8_t* block) {
+  if (HeavyBytes(f) > 0) block[CodeBytes(f)] = 0;
 }
 
 void QuantizeKVRow(const KVArrayFormat& f, const float* x, uint8_t* block, int64_t offset,
@@ -181,7 +217,7 @@ void QuantizeKVBlock(const KVArrayFormat& f, const float* x, uint8_t* block) {
   }
   uint8_t* codes = block + KiviKeyHeaderBytes(f);
   const int64_t row_bytes = KVRowBytes(f);
-  std::memset(codes, 0, KVBlockBytes(f) - KiviKeyHeaderBytes(f));
+  std::memset(codes, 0, CodeBytes(f) - KiviKeyHeaderBytes(f));
   for (int64_t k = 0; k < h; ++k) {
     for (int64_t c = 0; c < d; ++c) {
       // Channel c of head k over the block's tokens: stride h * d in x, one row per token.
@@ -194,6 +230,10 @@ void QuantizeKVBlock(const KVArrayFormat& f, const float* x, uint8_t* block) {
 void DequantizeKVRow(const KVArrayFormat& f, const uint8_t* block, int64_t offset, int64_t head,
                      float* out) {
   const int64_t d = f.head_dim;
+  if (const uint8_t* heavy = HeavyRow(f, block, offset, head)) {
+    DequantizeRow(DType::kBF16, heavy, out, d);
+    return;
+  }
   if (f.per_channel) {
     const uint8_t* row =
         block + KiviKeyHeaderBytes(f) + (offset * f.num_heads + head) * KVRowBytes(f);

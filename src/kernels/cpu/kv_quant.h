@@ -24,6 +24,12 @@
 //   the block is full (QuantizeKVBlockPerChannel); until then the block's keys live in a wide
 //   copy (the KIVI residual, see model/kv_storage.h).
 //
+// Heavy rows (heavy_rows = K > 0, quantized formats): after the block's bytes above, a tail
+//   [valid u8][K x u8 token offsets][K x num_heads x head_dim bf16 rows]
+// padded to a multiple of block_size bytes: bf16 copies of the K tokens chosen by the
+// storage (model/kv_storage.h: most attention mass from the block's own queries). While
+// valid, DequantizeKVRow returns those rows instead of the codes.
+//
 // Scales are rounded to their storage type first and the codes computed against the
 // rounded scale, so dequantization is exactly code x stored scale.
 #pragma once
@@ -46,6 +52,11 @@ void QuantizeKVRow(const KVArrayFormat& f, const float* x, uint8_t* block, int64
 // Quantizes a whole block x [block_size, num_heads, head_dim] f32. Per-channel formats compute
 // each (head, channel)'s scale and min over the block's tokens; others row by row.
 void QuantizeKVBlock(const KVArrayFormat& f, const float* x, uint8_t* block);
+// Stores the heavy rows of a block: offsets [heavy_rows] and rows [heavy_rows, num_heads,
+// head_dim] f32 (rounded to bf16); ClearHeavyRows marks them invalid (a reused block).
+void SetHeavyRows(const KVArrayFormat& f, uint8_t* block, const int64_t* offsets, const float* rows);
+void ClearHeavyRows(const KVArrayFormat& f, uint8_t* block);
+
 // Dequantizes row (offset, head) of `block` into out [head_dim] f32.
 void DequantizeKVRow(const KVArrayFormat& f, const uint8_t* block, int64_t offset, int64_t head,
                      float* out);

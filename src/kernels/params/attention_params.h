@@ -37,6 +37,9 @@ struct KVArrayFormat {
   // fp8: > 0 is a per-tensor scale from the checkpoint (k_scale / v_scale), else dynamic
   // per-token-per-head scales. nvfp4: the per-tensor f32 scale (0 means 1).
   float tensor_scale = 0.0f;
+  // Query-aware mixed precision: each block may carry bf16 copies of its heavy_rows tokens
+  // with the most attention mass (kernels/cpu/kv_quant.h, "heavy rows"); 0: none.
+  int64_t heavy_rows = 0;
 };
 
 struct PagedAttentionParams {

@@ -98,6 +98,7 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
     ApplyRope(rope_, batch.positions.data(), n, spec_.num_heads, hd, 0, q.data());
     ApplyRope(rope_, batch.positions.data(), n, spec_.num_kv_heads, hd, 0, k.data());
     cache.Write(l, k.data(), v.data(), batch.slot_mapping.data(), n, batch.positions.data());
+    cache.ObserveQueries(l, q.data(), spec_.num_heads, batch.slot_mapping.data(), n, ap.scale);
     cache.FillAttentionParams(l, &ap);
     PagedAttention(ap);
     MatMul(L.wo, attn.data(), n, h.data());
