@@ -61,7 +61,10 @@ int RunGenerate(const GenerateFlags& f) {
   GeneratorOptions options;
   options.max_model_len = f.model.max_model_len;
   options.block_size = f.model.block_size;
-  options.kv_dtype = f.model.KVDType(*model);
+  const KVCacheDType model_default =
+      model->spec().weight_dtype == DType::kF32 ? KVCacheDType::kF32 : KVCacheDType::kBF16;
+  options.kv_format = ParseKVCacheDType(f.model.kv_cache_dtype, model_default);
+  options.kv_quant = f.model.KVQuant();
   Generator generator(*model, options);
 
   std::unique_ptr<IncrementalDetokenizer> detok;

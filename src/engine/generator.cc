@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "engine/engine.h"
 #include "kv/kv_cache_config.h"
 
 namespace pagoda {
@@ -31,7 +32,14 @@ GenerateResult Generator::Generate(const GenerateRequest& req, const std::functi
   // One sequence: the most positions it can hold is max_model_len - 1 (the last token is
   // never fed back).
   const int64_t num_blocks = (max_model_len_ + bs - 1) / bs;
-  KVStorage cache(model_.KVShapeFor(num_blocks, bs, options_.kv_dtype));
+  const KVCacheDType format = options_.kv_format ? *options_.kv_format
+                             : options_.kv_dtype == DType::kF32 ? KVCacheDType::kF32
+                             : options_.kv_dtype == DType::kF16 ? KVCacheDType::kF16
+                                                                : KVCacheDType::kBF16;
+  KVQuantOptions quant = options_.kv_quant;
+  quant.block_size = bs;
+  KVStorage cache(ApplyKVCacheFormat(model_.KVShapeFor(num_blocks, bs, KVStorageDType(format)), format, quant,
+                                     model_.spec().kv_shape().mla));
   if (!logged_kv_) {
     logged_kv_ = true;
     KVCacheConfig c;
@@ -39,9 +47,7 @@ GenerateResult Generator::Generate(const GenerateRequest& req, const std::functi
     c.block_size = bs;
     c.bytes_per_token = cache.bytes() / (num_blocks * bs);
     c.max_model_len = max_model_len_;
-    c.dtype = options_.kv_dtype == DType::kF32   ? KVCacheDType::kF32
-              : options_.kv_dtype == DType::kF16 ? KVCacheDType::kF16
-                                                 : KVCacheDType::kBF16;
+    c.dtype = format;
     PAGODA_LOG(kInfo) << FormatKVCacheConfig(c);
   }
   std::vector<int32_t> block_table(num_blocks);

@@ -6,11 +6,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
 #include "engine/sampler.h"
+#include "kv/kv_layout.h"
 #include "model/model.h"
 
 namespace pagoda {
@@ -18,7 +20,10 @@ namespace pagoda {
 struct GeneratorOptions {
   int64_t max_model_len = 0;   // 0: the model's max_position
   int64_t block_size = 16;
-  DType kv_dtype = DType::kF32;
+  DType kv_dtype = DType::kF32;  // f32 / bf16 / f16 cache (when kv_format is not set)
+  // Any --kv-cache-dtype (quantized formats too), with its options; overrides kv_dtype.
+  std::optional<KVCacheDType> kv_format;
+  KVQuantOptions kv_quant;
   int64_t prefill_chunk = 512;  // tokens per forward during prefill
 };
 
