@@ -25,9 +25,15 @@ KVQuant KVQuantOf(KVCacheDType t) {
 
 KVStorageShape ApplyKVCacheFormat(KVStorageShape s, KVCacheDType t, const KVQuantOptions& o, bool mla) {
   if (!IsQuantizedKV(t)) return s;
-  PAGODA_ENSURE(!mla, ErrorCode::kUnsupported,
-                "--kv-cache-dtype " << KVCacheDTypeName(t)
-                                    << ": the MLA attention kernel does not read quantized latents yet");
+  if (mla) {
+    PAGODA_ENSURE(t != KVCacheDType::kKivi2, ErrorCode::kUnsupported,
+                  "--kv-cache-dtype kivi2 is not supported for MLA latents (its per-channel keys need "
+                  "the wide side pool, which the MLA kernel does not read); use fp8, int8 or int4");
+    PAGODA_ENSURE(o.sink_tokens == 0 && o.recent_tokens == 0 && o.heavy_tokens == 0,
+                  ErrorCode::kUnsupported,
+                  "--kv-sink-tokens, --kv-recent-tokens and --kv-heavy-tokens are not supported for "
+                  "MLA latents (they need the wide side pool, which the MLA kernel does not read)");
+  }
   s.quant = KVQuantOf(t);
   s.group_size = o.group_size;
   s.quantize_v = !mla || o.quantize_rope;
@@ -356,6 +362,17 @@ void KVStorage::CopyBlock(int64_t src, int64_t dst) {
     std::memcpy(wide_k_[l].data() + w_dst * kn, wide_k_[l].data() + w_src * kn, kn);
     std::memcpy(wide_v_[l].data() + w_dst * vn, wide_v_[l].data() + w_src * vn, vn);
   }
+}
+
+void KVStorage::FillMlaAttentionParams(int64_t layer, MlaAttentionParams* p) const {
+  PAGODA_CHECK(shape_.num_kv_heads == 1 && !UsesWide(layer))
+      << "FillMlaAttentionParams: not an MLA cache (num_kv_heads " << shape_.num_kv_heads << ")";
+  p->latent_cache = k_[layer].data();
+  p->rope_cache = v_[layer].data();
+  p->kv_dtype = shape_.dtype;
+  p->block_size = shape_.block_size;
+  p->latent_format = k_format_[layer];
+  p->rope_format = v_format_[layer];
 }
 
 void KVStorage::FillAttentionParams(int64_t layer, PagedAttentionParams* p) const {

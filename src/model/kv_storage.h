@@ -45,6 +45,7 @@
 
 #include "core/dtype.h"
 #include "kernels/params/attention_params.h"
+#include "kernels/params/mla_attention_params.h"
 #include "kv/kv_layout.h"
 
 namespace pagoda {
@@ -70,8 +71,10 @@ struct KVStorageShape {
 
 // `base` (from Model::KVShapeFor with the wide dtype, bf16 for quantized formats) with the
 // quantization fields set for --kv-cache-dtype `t` and `options`. Wide formats return base.
-// MLA (mla = true): the V array (k_pe) stays wide unless options.quantize_rope; throws
-// Unsupported until the MLA kernel reads quantized latents.
+// MLA (mla = true): the K array (latent c_kv) takes the format, the V array (k_pe) stays wide
+// unless options.quantize_rope. Per-token formats only (fp8_e4m3, fp8_e5m2, int8, int4,
+// nvfp4; skip-layers work); kivi2 and the side-pool policies (sink, recent and heavy
+// tokens) throw Unsupported for MLA.
 KVStorageShape ApplyKVCacheFormat(KVStorageShape base, KVCacheDType t, const KVQuantOptions& options,
                                   bool mla = false);
 // The kernels' name for a quantized KVCacheDType (kNone for f32/bf16/f16).
@@ -119,6 +122,9 @@ class KVStorage {
   void CopyBlock(int64_t src, int64_t dst);
   // Points p's caches, formats and wide-copy fields at `layer`. Valid until the next Write.
   void FillAttentionParams(int64_t layer, PagedAttentionParams* p) const;
+  // MLA: points p's latent (K array) and rope (V array) caches, kv_dtype, block_size and
+  // formats at `layer`. REQUIRES: a storage made for MLA (num_kv_heads 1, no side pool).
+  void FillMlaAttentionParams(int64_t layer, MlaAttentionParams* p) const;
 
  private:
   bool UsesWide(int64_t layer) const;

@@ -8,6 +8,8 @@
 // Determinism: tiles depend only on positions, never on block_size, the batch or the thread
 // split; one thread computes one (token, group of kMlaHeadsPerItem heads) item, and each head's
 // arithmetic does not depend on which other heads share its item.
+// Quantized caches (latent_format / rope_format): each key's row is dequantized into the tile
+// as it is loaded (a pure function of the row's bytes), so the above holds for every format.
 // Thread safety: reentrant; runs on pagoda::NumThreads() threads.
 #pragma once
 
@@ -20,5 +22,7 @@ inline constexpr int64_t kMlaHeadsPerItem = 16;
 
 // REQUIRES: the params fields as documented in mla_attention_params.h; out does not alias q.
 void MlaAttention(const MlaAttentionParams& p);
+// Checks the quantized formats' geometry against p (PAGODA_CHECK); MlaAttention calls it.
+void CheckMlaFormats(const MlaAttentionParams& p);
 
 }  // namespace pagoda

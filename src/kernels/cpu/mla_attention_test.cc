@@ -1,6 +1,8 @@
 // The CPU MLA attention kernel against the float64 reference over a grid of latent ranks,
 // RoPE widths, head counts, block sizes 1/16/256, odd lengths and KV dtypes; and its
-// invariance to the batch, the block size and the thread count.
+// invariance to the batch, the block size and the thread count; quantized latents (and k_pe
+// wide or quantized) in every per-token KV format against the reference, and the same
+// invariances for them.
 #include "kernels/cpu/mla_attention.h"
 
 #include <gtest/gtest.h>
@@ -10,8 +12,10 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "core/parallel.h"
+#include "kernels/cpu/kv_quant.h"
 #include "kernels/ref/mla_attention_ref.h"
 
 namespace pagoda {
@@ -136,6 +140,210 @@ TEST(MlaAttentionTest, BitIdenticalWhateverTheBatchAndThreads) {
       one.out = out.data();
       MlaAttention(one);
       for (int64_t i = 0; i < row; ++i) ASSERT_EQ(out[i], all.out[t * row + i]) << "token " << t;
+    }
+  }
+  SetNumThreads(2);
+}
+
+// ---- quantized latents ------------------------------------------------------------------
+
+struct QuantCase {
+  KVQuant latent;
+  KVQuant rope;  // kNone: k_pe stays bf16
+  int64_t kv_lora_rank, rope_dim, num_heads, block_size, len;
+};
+
+std::string QuantName(KVQuant q) {
+  switch (q) {
+    case KVQuant::kNone: return "bf16";
+    case KVQuant::kFp8E4M3: return "fp8e4m3";
+    case KVQuant::kFp8E5M2: return "fp8e5m2";
+    case KVQuant::kInt8: return "int8";
+    case KVQuant::kInt4: return "int4";
+    case KVQuant::kNvfp4: return "nvfp4";
+    case KVQuant::kKivi2: return "kivi2";
+  }
+  return "?";
+}
+
+// One sequence in scrambled blocks, the caches written row by row in their formats (as
+// KVStorage::Write does), wide arrays bf16.
+struct QuantFixture {
+  std::vector<float> q, out, ref_out;
+  std::vector<uint8_t> latent, rope;
+  std::vector<int32_t> table, positions;
+  std::vector<const int32_t*> tables;
+  MlaAttentionParams p;
+
+  QuantFixture(const QuantCase& c, int64_t num_queries, uint64_t seed,
+               std::vector<float>* c_kv_in = nullptr, std::vector<float>* k_pe_in = nullptr,
+               std::vector<float>* q_in = nullptr) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int64_t num_blocks = (c.len + c.block_size - 1) / c.block_size + 2;
+    table.resize(num_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    auto format = [&](KVQuant quant, int64_t d) {
+      KVArrayFormat f;
+      f.quant = quant;
+      f.dtype = DType::kBF16;
+      f.block_size = c.block_size;
+      f.num_heads = 1;
+      f.head_dim = d;
+      f.group = std::min<int64_t>(32, d);
+      return f;
+    };
+    p.latent_format = format(c.latent, c.kv_lora_rank);
+    p.rope_format = format(c.rope, c.rope_dim);
+    for (auto [buf, f, given] : {std::tuple{&latent, &p.latent_format, c_kv_in},
+                                 std::tuple{&rope, &p.rope_format, k_pe_in}}) {
+      const int64_t d = f->head_dim;
+      std::vector<float> rows(c.len * d);
+      if (given != nullptr) {
+        rows = *given;
+      } else {
+        for (float& x : rows) x = normal(rng);
+        rows[rng() % rows.size()] = 30.0f;  // an outlier
+      }
+      if (f->quant == KVQuant::kNone) {
+        buf->assign(num_blocks * c.block_size * d * 2, 0);
+      } else {
+        buf->assign(num_blocks * KVBlockBytes(*f), 0);
+      }
+      for (int64_t pos = 0; pos < c.len; ++pos) {
+        const int64_t block = table[pos / c.block_size], offset = pos % c.block_size;
+        const float* x = &rows[pos * d];
+        if (f->quant == KVQuant::kNone) {
+          QuantizeRow(DType::kBF16, x, buf->data() + (block * c.block_size + offset) * d * 2, d);
+        } else {
+          QuantizeKVRow(*f, x, buf->data() + block * KVBlockBytes(*f), offset, 0);
+        }
+      }
+    }
+    q.resize(num_queries * c.num_heads * (c.kv_lora_rank + c.rope_dim));
+    if (q_in != nullptr) {
+      q = *q_in;
+    } else {
+      for (float& x : q) x = normal(rng);
+    }
+    out.assign(num_queries * c.num_heads * c.kv_lora_rank, 0.0f);
+    ref_out = out;
+    for (int64_t i = 0; i < num_queries; ++i)
+      positions.push_back(static_cast<int32_t>(c.len - num_queries + i));
+    tables.assign(num_queries, table.data());
+    p.q = q.data();
+    p.out = out.data();
+    p.num_tokens = num_queries;
+    p.num_heads = c.num_heads;
+    p.kv_lora_rank = c.kv_lora_rank;
+    p.rope_dim = c.rope_dim;
+    p.latent_cache = latent.data();
+    p.rope_cache = rope.data();
+    p.kv_dtype = DType::kBF16;
+    p.block_size = c.block_size;
+    p.positions = positions.data();
+    p.block_tables = tables.data();
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.kv_lora_rank + c.rope_dim));
+  }
+};
+
+class MlaQuantizedGridTest : public ::testing::TestWithParam<QuantCase> {};
+
+// Kernel and reference decode the same rows (the shared row dequantizer), so they differ only
+// by f32 vs double arithmetic: the wide cases' bound holds.
+TEST_P(MlaQuantizedGridTest, MatchesFloat64Reference) {
+  const QuantCase c = GetParam();
+  QuantFixture f(c, std::min<int64_t>(c.len, 5), 11 + c.len);
+  MlaAttention(f.p);
+  MlaAttentionParams r = f.p;
+  r.out = f.ref_out.data();
+  ref::MlaAttention(r);
+  double worst = 0;
+  for (size_t i = 0; i < f.out.size(); ++i) {
+    worst = std::max(worst, std::fabs(double{f.out[i]} - f.ref_out[i]));
+    ASSERT_NEAR(f.out[i], f.ref_out[i], 2e-5 * 30) << i;
+  }
+  RecordProperty("max_abs_error", std::to_string(worst));
+}
+
+// The quantized kernel stays near the attention over the unquantized (bf16) rows: a sanity
+// bound on the whole path, loose enough for int4 (7 levels per group).
+TEST_P(MlaQuantizedGridTest, StaysNearTheBf16Cache) {
+  const QuantCase c = GetParam();
+  QuantFixture f(c, std::min<int64_t>(c.len, 5), 11 + c.len);
+  QuantCase wide = c;
+  wide.latent = wide.rope = KVQuant::kNone;
+  QuantFixture w(wide, std::min<int64_t>(c.len, 5), 11 + c.len);
+  MlaAttention(f.p);
+  MlaAttention(w.p);
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < f.out.size(); ++i) {
+    err += (double{f.out[i]} - w.out[i]) * (double{f.out[i]} - w.out[i]);
+    norm += double{w.out[i]} * w.out[i];
+  }
+  const double rel = std::sqrt(err / norm);
+  RecordProperty("relative_l2_error", std::to_string(rel));
+  EXPECT_LT(rel, c.latent == KVQuant::kInt4 || c.latent == KVQuant::kNvfp4 ||
+                         c.rope == KVQuant::kInt4 || c.rope == KVQuant::kNvfp4 ||
+                         c.latent == KVQuant::kFp8E5M2 || c.rope == KVQuant::kFp8E5M2
+                     ? 0.5
+                     : 0.1);
+}
+
+std::vector<QuantCase> QuantGrid() {
+  std::vector<QuantCase> cases;
+  for (KVQuant lat : {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4,
+                      KVQuant::kNvfp4}) {
+    for (bool quantize_rope : {false, true}) {
+      const KVQuant rope = quantize_rope ? lat : KVQuant::kNone;
+      cases.push_back({lat, rope, 64, 16, 4, 16, 97});
+      cases.push_back({lat, rope, 512, 64, 16, 1, 33});
+      cases.push_back({lat, rope, 96, 32, 20, 256, 300});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Quant, MlaQuantizedGridTest, ::testing::ValuesIn(QuantGrid()),
+                         [](const auto& info) {
+                           const QuantCase& c = info.param;
+                           return QuantName(c.latent) + "_pe" + QuantName(c.rope) + "_r" +
+                                  std::to_string(c.kv_lora_rank) + "_h" +
+                                  std::to_string(c.num_heads) + "_bs" +
+                                  std::to_string(c.block_size) + "_len" + std::to_string(c.len);
+                         });
+
+// Rows are quantized per token, so the codes do not depend on the block size, and the tiles
+// do not depend on it either: the same bits for block sizes 1, 16 and 256, for one query
+// alone or in a batch, on any number of threads.
+TEST(MlaAttentionTest, QuantizedBitIdenticalWhateverTheBlockSizeBatchAndThreads) {
+  const int64_t len = 150, r = 64, dr = 16, heads = 20, nq = 6;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> c_kv(len * r), k_pe(len * dr), q(nq * heads * (r + dr));
+  for (auto* v : {&c_kv, &k_pe, &q})
+    for (float& x : *v) x = normal(rng);
+  for (KVQuant quant : {KVQuant::kFp8E4M3, KVQuant::kInt4}) {
+    std::vector<float> first;
+    for (int64_t bs : {1, 16, 256}) {
+      QuantFixture f({quant, KVQuant::kNone, r, dr, heads, bs, len}, nq, 9, &c_kv, &k_pe, &q);
+      SetNumThreads(bs == 16 ? 3 : 2);
+      MlaAttention(f.p);
+      if (first.empty()) first = f.out;
+      ASSERT_EQ(f.out, first) << QuantName(quant) << " block size " << bs;
+      const int64_t row = heads * r, qrow = heads * (r + dr);
+      for (int64_t t = 0; t < nq; ++t) {
+        MlaAttentionParams one = f.p;
+        std::vector<float> out(row);
+        one.num_tokens = 1;
+        one.q = f.q.data() + t * qrow;
+        one.positions = f.positions.data() + t;
+        one.block_tables = f.tables.data() + t;
+        one.out = out.data();
+        MlaAttention(one);
+        for (int64_t i = 0; i < row; ++i) ASSERT_EQ(out[i], first[t * row + i]) << "token " << t;
+      }
     }
   }
   SetNumThreads(2);

@@ -5,7 +5,12 @@
 //   latent_cache: [num_blocks, block_size, kv_lora_rank]  c_kv after kv_a_layernorm
 //   rope_cache:   [num_blocks, block_size, rope_dim]      k_pe after RoPE
 // (dtype kv_dtype; token position p of a sequence lives in block block_table[p / block_size]
-// at offset p % block_size, as in attention_params.h). Every head reads the same rows: MLA
+// at offset p % block_size, as in attention_params.h). Quantized caches (latent_format /
+// rope_format with quant != kNone): that array is instead blocks of KVBlockBytes(format)
+// bytes, one "head" of kv_lora_rank (rope_dim) values per token, in the byte layouts of
+// kernels/cpu/kv_quant.h (per-token formats only: no kivi2 per-channel keys); the kernels
+// dequantize each row as they load it. The usual RoPE-aware choice: the latent quantized,
+// k_pe kept wide (rope_format.quant = kNone, elements kv_dtype). Every head reads the same rows: MLA
 // is MQA over the latent, so a step reads kv_lora_rank + rope_dim values per key.
 //
 // The caller folds W_UK into the query (q_lat = W_UK[h]^T q_nope[h]) and applies W_UV to
@@ -17,6 +22,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/params/attention_params.h"
 
 namespace pagoda {
 
@@ -32,8 +38,12 @@ struct MlaAttentionParams {
 
   const void* latent_cache = nullptr;  // [num_blocks, block_size, kv_lora_rank]
   const void* rope_cache = nullptr;    // [num_blocks, block_size, rope_dim]
-  DType kv_dtype = DType::kF32;        // kF32, kBF16 or kF16 (both caches)
+  DType kv_dtype = DType::kF32;        // kF32, kBF16 or kF16: the element type of a wide array
   int64_t block_size = 16;
+  // Per array: quant kNone (the default) means kv_dtype elements; otherwise the block format
+  // (block_size equal to block_size above, num_heads 1, head_dim kv_lora_rank or rope_dim,
+  // !per_channel).
+  KVArrayFormat latent_format, rope_format;
 
   const int32_t* positions = nullptr;            // [num_tokens] query positions
   const int32_t* const* block_tables = nullptr;  // [num_tokens] each token's sequence table

@@ -139,7 +139,8 @@ void DeepseekModel::Attention(int64_t l, const ForwardBatch& batch, KVStorage& c
   RmsNorm(c_kv.data(), L.kv_a_norm.data(), n, r, spec_.norm_eps, c_kv.data());
   ApplyRope(rope_, batch.positions.data(), n, heads, dq, dn, q.data());
   ApplyRope(rope_, batch.positions.data(), n, 1, dr, 0, k_pe.data());
-  cache.Write(l, c_kv.data(), k_pe.data(), batch.slot_mapping.data(), n);
+  // c_kv and k_pe go to the cache in its format (quantized latents: kernels/cpu/kv_quant.h).
+  cache.Write(l, c_kv.data(), k_pe.data(), batch.slot_mapping.data(), n, batch.positions.data());
 
   // Absorbed query [n, H, r + d_r] = [W_UK^T q_nope | q_pe].
   std::vector<float> q_abs(n * heads * dabs), col(n * std::max(dn, r)), lat(n * r);
@@ -159,10 +160,7 @@ void DeepseekModel::Attention(int64_t l, const ForwardBatch& batch, KVStorage& c
   p.num_heads = heads;
   p.kv_lora_rank = r;
   p.rope_dim = dr;
-  p.latent_cache = cache.k(l);
-  p.rope_cache = cache.v(l);
-  p.kv_dtype = cache.shape().dtype;
-  p.block_size = cache.shape().block_size;
+  cache.FillMlaAttentionParams(l, &p);  // caches, dtype, block size and formats
   p.positions = batch.positions.data();
   p.block_tables = batch.block_tables.data();
   p.scale = softmax_scale_;
