@@ -7,27 +7,11 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/online_softmax.h"
 #include "kernels/cpu/vec.h"
 
 namespace pagoda {
 namespace {
-
-// Converts one cached row of head_dim values to f32.
-inline void LoadRow(const void* cache, DType t, int64_t index, int64_t d, float* out) {
-  switch (t) {
-    case DType::kF32: std::memcpy(out, static_cast<const float*>(cache) + index, d * 4); return;
-    case DType::kBF16: {
-      const uint16_t* s = static_cast<const uint16_t*>(cache) + index;
-      for (int64_t i = 0; i < d; ++i) out[i] = Bf16ToF32(s[i]);
-      return;
-    }
-    default: {
-      const uint16_t* s = static_cast<const uint16_t*>(cache) + index;
-      for (int64_t i = 0; i < d; ++i) out[i] = F16ToF32(s[i]);
-      return;
-    }
-  }
-}
 
 // Where one query's keys come from: the block arrays in their formats, or a block's wide copy.
 struct KVReader {
@@ -60,14 +44,14 @@ struct KVReader {
     const int64_t offset = key % p.block_size;
     if (Wide(key, pos, block)) {
       const int64_t index = ((int64_t{p.wide_index[block]} * p.block_size + offset) * p.num_kv_heads + kvh) * d;
-      LoadRow(p.k_wide, p.wide_dtype, index, d, k);
-      LoadRow(p.v_wide, p.wide_dtype, index, d, v);
+      cpu::LoadWideRow(p.k_wide, p.wide_dtype, index, d, k);
+      cpu::LoadWideRow(p.v_wide, p.wide_dtype, index, d, v);
       return;
     }
     if (fk.quant == KVQuant::kNone && fv.quant == KVQuant::kNone) {
       const int64_t index = ((int64_t{block} * p.block_size + offset) * p.num_kv_heads + kvh) * d;
-      LoadRow(p.k_cache, fk.dtype, index, d, k);
-      LoadRow(p.v_cache, fv.dtype, index, d, v);
+      cpu::LoadWideRow(p.k_cache, fk.dtype, index, d, k);
+      cpu::LoadWideRow(p.v_cache, fv.dtype, index, d, v);
       return;
     }
     DequantizeKVRow(fk, static_cast<const uint8_t*>(p.k_cache) + block * k_block_bytes, offset, kvh, k);
@@ -103,23 +87,8 @@ void AttendRange(const PagedAttentionParams& p, const KVReader& reader, int64_t 
     for (int64_t j = 0; j < n; ++j) reader.Load(a + j, pos, table, kvh, &w.k[j * d], &w.v[j * d]);
     for (int64_t g = 0; g < group; ++g) {
       float* s = &w.s[g * kAttentionTile];
-      float tile_max = -INFINITY;
-      for (int64_t j = 0; j < n; ++j) {
-        s[j] = cpu::Dot(q0 + g * d, &w.k[j * d], d) * p.scale;
-        tile_max = std::max(tile_max, s[j]);
-      }
-      const float m_new = std::max(w.m[g], tile_max);
-      const float correction = std::exp(w.m[g] - m_new);  // exp(-inf) = 0 on the first tile
-      float* acc = &w.acc[g * d];
-      cpu::Scale(correction, acc, d);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) {
-        const float e = std::exp(s[j] - m_new);
-        sum += e;
-        cpu::Axpy(e, &w.v[j * d], acc, d);
-      }
-      w.l[g] = w.l[g] * correction + sum;
-      w.m[g] = m_new;
+      for (int64_t j = 0; j < n; ++j) s[j] = cpu::Dot(q0 + g * d, &w.k[j * d], d) * p.scale;
+      cpu::OnlineSoftmaxTile(s, n, w.v.data(), d, &w.m[g], &w.l[g], &w.acc[g * d]);
     }
   }
 }

@@ -9,28 +9,11 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/online_softmax.h"
 #include "kernels/cpu/vec.h"
 
 namespace pagoda {
 namespace {
-
-inline void LoadRow(const void* cache, DType t, int64_t index, int64_t d, float* out) {
-  switch (t) {
-    case DType::kF32:
-      std::memcpy(out, static_cast<const float*>(cache) + index, d * 4);
-      return;
-    case DType::kBF16: {
-      const uint16_t* s = static_cast<const uint16_t*>(cache) + index;
-      for (int64_t i = 0; i < d; ++i) out[i] = Bf16ToF32(s[i]);
-      return;
-    }
-    default: {
-      const uint16_t* s = static_cast<const uint16_t*>(cache) + index;
-      for (int64_t i = 0; i < d; ++i) out[i] = F16ToF32(s[i]);
-      return;
-    }
-  }
-}
 
 // Row `slot` (= block * block_size + offset) of one cache array, d values, into out f32:
 // wide arrays by element, quantized ones through the shared row dequantizer (one row at a
@@ -38,7 +21,7 @@ inline void LoadRow(const void* cache, DType t, int64_t index, int64_t d, float*
 inline void LoadCacheRow(const void* cache, const KVArrayFormat& f, DType wide, int64_t slot,
                          int64_t d, float* out) {
   if (f.quant == KVQuant::kNone) {
-    LoadRow(cache, wide, slot * d, d, out);
+    cpu::LoadWideRow(cache, wide, slot * d, d, out);
     return;
   }
   const int64_t block = slot / f.block_size, offset = slot % f.block_size;
@@ -72,23 +55,10 @@ void AttendHeads(const MlaAttentionParams& p, int64_t t, int64_t h0, int64_t h1,
     for (int64_t g = 0; g < heads; ++g) {
       const float* q = p.q + (t * p.num_heads + h0 + g) * p.q_stride();
       float* s = w.s.data();
-      float tile_max = -INFINITY;
       for (int64_t j = 0; j < n; ++j) {
         s[j] = (cpu::Dot(q, &w.c[j * r], r) + cpu::Dot(q + r, &w.pe[j * dr], dr)) * p.scale;
-        tile_max = std::max(tile_max, s[j]);
       }
-      const float m_new = std::max(w.m[g], tile_max);
-      const float correction = std::exp(w.m[g] - m_new);  // exp(-inf) = 0 on the first tile
-      float* acc = &w.acc[g * r];
-      cpu::Scale(correction, acc, r);
-      float sum = 0.0f;
-      for (int64_t j = 0; j < n; ++j) {
-        const float e = std::exp(s[j] - m_new);
-        sum += e;
-        cpu::Axpy(e, &w.c[j * r], acc, r);
-      }
-      w.l[g] = w.l[g] * correction + sum;
-      w.m[g] = m_new;
+      cpu::OnlineSoftmaxTile(s, n, w.c.data(), r, &w.m[g], &w.l[g], &w.acc[g * r]);
     }
   }
   for (int64_t g = 0; g < heads; ++g) {
