@@ -22,31 +22,11 @@ namespace {
 // Greedy decoding of `steps` tokens after `prompt` (one prefill, then one token per step).
 std::vector<int32_t> Greedy(Model& model, const std::vector<int32_t>& prompt, int64_t steps,
                             KVCacheDType t) {
-  const int64_t bs = 16, vocab = model.spec().vocab_size;
+  const int64_t bs = 16;
   const int64_t n = static_cast<int64_t>(prompt.size()) + steps;
   KVStorageShape base = model.KVShapeFor((n + bs - 1) / bs, bs, DType::kBF16);
   KVStorage cache(ApplyKVCacheFormat(base, t, KVQuantOptions{}));
-  std::vector<int32_t> table(cache.shape().num_blocks);
-  std::iota(table.rbegin(), table.rend(), 0);
-  std::vector<int32_t> out, step = prompt;
-  std::vector<float> logits(vocab);
-  int64_t pos = 0;
-  for (int64_t g = 0; g < steps; ++g) {
-    ForwardBatch b;
-    for (size_t i = 0; i < step.size(); ++i, ++pos) {
-      b.token_ids.push_back(step[i]);
-      b.positions.push_back(static_cast<int32_t>(pos));
-      b.slot_mapping.push_back(int64_t{table[pos / bs]} * bs + pos % bs);
-      b.block_tables.push_back(table.data());
-    }
-    b.logits_indices.push_back(static_cast<int32_t>(step.size() - 1));
-    model.Forward(b, cache, logits.data());
-    const int32_t next =
-        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    out.push_back(next);
-    step = {next};
-  }
-  return out;
+  return testing::GreedyWithCache(model, cache, prompt, steps);
 }
 
 class KVQuantGoldenTest : public ::testing::TestWithParam<std::string> {};

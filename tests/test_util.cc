@@ -138,4 +138,29 @@ LogitErrors CheckSequence(Model& model, const SafetensorsFile& golden, const std
   return e;
 }
 
+std::vector<int32_t> GreedyWithCache(Model& model, KVStorage& cache, const std::vector<int32_t>& prompt,
+                                     int64_t steps) {
+  const int64_t bs = cache.shape().block_size, vocab = model.spec().vocab_size;
+  std::vector<int32_t> table(cache.shape().num_blocks);
+  std::iota(table.rbegin(), table.rend(), 0);
+  std::vector<int32_t> out, step = prompt;
+  std::vector<float> logits(vocab);
+  int64_t pos = 0;
+  for (int64_t g = 0; g < steps; ++g) {
+    ForwardBatch b;
+    for (size_t i = 0; i < step.size(); ++i, ++pos) {
+      b.token_ids.push_back(step[i]);
+      b.positions.push_back(static_cast<int32_t>(pos));
+      b.slot_mapping.push_back(int64_t{table[pos / bs]} * bs + pos % bs);
+      b.block_tables.push_back(table.data());
+    }
+    b.logits_indices.push_back(static_cast<int32_t>(step.size() - 1));
+    model.Forward(b, cache, logits.data());
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    step = {next};
+  }
+  return out;
+}
+
 }  // namespace pagoda::testing

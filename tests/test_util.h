@@ -48,4 +48,10 @@ void CheckGoldenGreedy(Model& model, const SafetensorsFile& golden, const std::s
 LogitErrors CheckSequence(Model& model, const SafetensorsFile& golden, const std::string& s,
                           double tol, bool check_greedy);
 
+// Greedy decoding of `steps` tokens after `prompt` (prefill, then one token per forward) on a
+// fresh `cache` of any format, through a scrambled block table. REQUIRES: the cache holds
+// prompt.size() + steps tokens.
+std::vector<int32_t> GreedyWithCache(Model& model, KVStorage& cache, const std::vector<int32_t>& prompt,
+                                     int64_t steps);
+
 }  // namespace pagoda::testing
