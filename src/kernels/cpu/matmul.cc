@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -57,13 +58,14 @@ IsaLevel DefaultIsaLevel() {
 }
 
 void QuantizeActivations(const float* x, int64_t num_tokens, int64_t cols, bool with_offset_sums,
-                         QuantizedActivations* out) {
+                         QuantizedActivations* out, bool with_bias128) {
   out->num_tokens = num_tokens;
   out->cols = cols;
   out->num_blocks = cols / 32;
   out->q.resize(num_tokens * cols);
   out->d.resize(num_tokens * out->num_blocks);
   out->offset_sums.resize(with_offset_sums ? num_tokens * out->num_blocks * 8 : 0);
+  out->bias128.resize(with_bias128 ? num_tokens * out->num_blocks : 0);
   const int64_t nb = out->num_blocks;
   ParallelFor(num_tokens, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)),
               [&](int64_t t0, int64_t t1) {
@@ -79,6 +81,11 @@ void QuantizeActivations(const float* x, int64_t num_tokens, int64_t cols, bool 
         for (int i = 0; i < 32; ++i) {
           const long v = std::lround(src[i] * id);
           q[i] = static_cast<int8_t>(std::clamp<long>(v, -127, 127));
+        }
+        if (with_bias128) {
+          int32_t sum = 0;
+          for (int i = 0; i < 32; ++i) sum += q[i];
+          out->bias128[t * nb + b] = -128 * sum;
         }
         if (with_offset_sums) {
           int32_t* s = out->offset_sums.data() + (t * nb + b) * 8;
@@ -128,6 +135,48 @@ void CheckSupported(const WeightMatrix& w) {
   }
 }
 
+bool PackedUsable(const WeightMatrix& w) {
+  const PackedWeights* p = w.packed;
+  return p != nullptr && p->source == w.data && p->dtype == w.dtype && p->rows == w.rows &&
+         p->cols == w.cols;
+}
+
+// The packed kernel for these panels at `level`: the one they were shaped for when the
+// level allows it, else the portable one (which takes any panel shape).
+PackedRowsFn PackedFn(IsaLevel level, const PackedWeights& pw) {
+  const auto packed_level = static_cast<IsaLevel>(pw.isa_level);
+  if (static_cast<int>(level) >= static_cast<int>(packed_level)) {
+    const bool q8 = pw.format == PackedWeights::Format::kQ8;
+    if (packed_level == IsaLevel::kAvx512 && pw.panel_rows == (q8 ? 16 : 32)) return &PackedRowsAvx512;
+    if (packed_level == IsaLevel::kAvx2 && !q8 && pw.panel_rows == 16) return &PackedRowsAvx2;
+  }
+  return &PackedRowsGeneric;
+}
+
+void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64_t num_tokens,
+                  float* y) {
+  QuantizedActivations xq;
+  const bool q8 = pw.format == PackedWeights::Format::kQ8;
+  if (q8) QuantizeActivations(x, num_tokens, pw.cols, false, &xq, true);
+  const PackedRowsFn fn = PackedFn(level, pw);
+  const int64_t pr = pw.panel_rows;
+  const int64_t full = pw.rows / pr;  // panels without padding rows
+  const int64_t work = pr * pw.cols * num_tokens;
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(work, 1));
+  ParallelFor(pw.num_panels, grain, [&](int64_t p0, int64_t p1) {
+    const int64_t e = std::min(p1, full);
+    if (p0 < e) fn(pw, x, q8 ? &xq : nullptr, num_tokens, p0, e, y + p0 * pr, pw.rows);
+    if (p1 > full) {  // the last panel, padded: through a scratch tile
+      std::vector<float> tmp(num_tokens * pr);
+      fn(pw, x, q8 ? &xq : nullptr, num_tokens, full, full + 1, tmp.data(), pr);
+      const int64_t valid = pw.rows - full * pr;
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        std::copy_n(&tmp[t * pr], valid, y + t * pw.rows + full * pr);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
@@ -138,6 +187,10 @@ void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num
   if (num_tokens <= 0 || w.rows <= 0) return;
   if (w.cols == 0) {
     std::fill(y, y + num_tokens * w.rows, 0.0f);
+    return;
+  }
+  if (PackedUsable(w)) {
+    MatMulPacked(level, *w.packed, x, num_tokens, y);
     return;
   }
   QuantizedActivations xq;

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cpu/packed_weights.h"
 #include "kernels/params/matmul_params.h"
 
 namespace pagoda::matmul_internal {
@@ -62,18 +63,23 @@ struct QuantizedActivations {
   // q[4j .. 4j+3] of the block: subtracting it turns sum(nibble * q) into
   // sum((nibble - 8) * q), lane by lane as vpmaddubsw+vpmaddwd / vpdpbusd produce them.
   std::vector<int32_t> offset_sums;
+  // Only filled for packed Q8_0 weights: [num_tokens, num_blocks], -128 * sum of the
+  // block's q: the packed codes are q + 128, so sum((q_w + 128) * q_x) plus this is
+  // the block's exact dot product.
+  std::vector<int32_t> bias128;
 
   const int8_t* q_row(int64_t t) const { return q.data() + t * cols; }
   const float* d_row(int64_t t) const { return d.data() + t * num_blocks; }
   const int32_t* offset_row(int64_t t) const {
     return offset_sums.data() + t * num_blocks * 8;
   }
+  const int32_t* bias128_row(int64_t t) const { return bias128.data() + t * num_blocks; }
 };
 
 // Quantizes x [num_tokens, cols] (cols % 32 == 0), in parallel over tokens. Each row's
 // result depends on that row only.
 void QuantizeActivations(const float* x, int64_t num_tokens, int64_t cols, bool with_offset_sums,
-                         QuantizedActivations* out);
+                         QuantizedActivations* out, bool with_bias128 = false);
 
 // One level's kernel: y[t, r] for r in [r0, r1) and every token. x is the f32 input
 // [num_tokens, w.cols]; xq is its quantized form, not null iff w.dtype is Q8_0/Q4_0.
@@ -87,6 +93,22 @@ void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const QuantizedActiva
                     int64_t num_tokens, int64_t r0, int64_t r1, float* y);
 void MatMulRowsAvx512(const WeightMatrix& w, const float* x, const QuantizedActivations* xq,
                       int64_t num_tokens, int64_t r0, int64_t r1, float* y);
+
+// Packed kernels (packed_weights.h): the outputs of panels [p0, p1) for every token,
+// y[t * ldy + (p - p0) * panel_rows + i] for row p * panel_rows + i (padding rows of the
+// last panel included: the caller gives room for them). x: f32 [num_tokens, cols];
+// xq: not null iff the format is kQ8 (with bias128). Each output is one accumulator
+// over k in increasing order (k-slices chained through y exactly), so any token or
+// panel split gives the same bits.
+using PackedRowsFn = void (*)(const PackedWeights& pw, const float* x,
+                              const QuantizedActivations* xq, int64_t num_tokens, int64_t p0,
+                              int64_t p1, float* y, int64_t ldy);
+void PackedRowsGeneric(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
+                       int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy);
+void PackedRowsAvx2(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
+                    int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy);
+void PackedRowsAvx512(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
+                      int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy);
 
 // Row block sizes: rows of one block are reused across all token tiles while they sit
 // in L2, so W is read from memory once per block of tokens.

@@ -14,12 +14,16 @@
 //    per FMA and the lane sums: (n/32 + 8) * 2e * (S + A). Total: A*1.001 + that.
 //    Relative to S this is ~1e-2 worst case for Gaussian data (typically ~1e-3),
 //    the price of int8 activations that llama.cpp also pays.
+//  * Packed weights (packed_weights.h) are tested the same way at every level (the
+//    level's own panel shape, or the portable kernel's): each output is then ONE
+//    sequential sum over k, so the float bound is (n + 8) e S.
 #include "kernels/cpu/matmul.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,6 +33,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/packed_weights.h"
 #include "kernels/ref/matmul_ref.h"
 
 namespace pagoda {
@@ -45,7 +50,18 @@ constexpr double kEps = 1.0 / (1 << 24);
 struct TestWeights {
   std::vector<uint8_t> bytes;
   WeightMatrix w;
+  std::shared_ptr<const PackedWeights> packed;
 };
+
+// The panels `level`'s packed kernel takes (avx512: 32 float rows / 16 q8 rows; avx2:
+// 16 float rows, q8 through the portable kernel; generic: 32 float rows, 16 q8 rows).
+void Pack(IsaLevel level, TestWeights* t) {
+  const bool q8 = t->w.dtype == DType::kQ8_0;
+  const int64_t panel_rows = level == IsaLevel::kAvx2 ? 16 : q8 ? 16 : 32;
+  const IsaLevel shaped_for = level == IsaLevel::kAvx2 && q8 ? IsaLevel::kGeneric : level;
+  t->packed = PackWeights(t->w, panel_rows, static_cast<int>(shaped_for));
+  t->w.packed = t->packed.get();
+}
 
 TestWeights MakeWeights(DType dtype, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -76,7 +92,9 @@ bool IsQuantized(DType d) { return d == DType::kQ8_0 || d == DType::kQ4_0; }
 // The error bound of the file comment for output (t, r).
 double Bound(const WeightMatrix& w, const float* x, double abs_ref, int64_t t, int64_t r) {
   const int64_t n = w.cols;
-  if (!IsQuantized(w.dtype)) return (std::ceil(n / 8.0) + 8) * kEps * abs_ref;
+  if (!IsQuantized(w.dtype)) {
+    return ((w.packed != nullptr ? n : std::ceil(n / 8.0)) + 8) * kEps * abs_ref;
+  }
   std::vector<float> row(n);
   DequantizeRow(w.dtype, w.row(r), row.data(), n);
   double act = 0;
@@ -91,21 +109,30 @@ double Bound(const WeightMatrix& w, const float* x, double abs_ref, int64_t t, i
   return act * 1.001 + (n / 32.0 + 8) * 2 * kEps * (abs_ref + act);
 }
 
-std::string Name(IsaLevel level, DType dtype) {
-  return std::string(IsaLevelName(level)) + "_" + std::string(DTypeName(dtype));
+std::string Name(IsaLevel level, DType dtype, bool packed = false) {
+  return std::string(IsaLevelName(level)) + "_" + std::string(DTypeName(dtype)) +
+         (packed ? "_packed" : "");
 }
 
-class MatMulTest : public ::testing::TestWithParam<std::tuple<IsaLevel, DType>> {
+class MatMulTest : public ::testing::TestWithParam<std::tuple<IsaLevel, DType, bool>> {
  protected:
   void SetUp() override {
     level_ = std::get<0>(GetParam());
     dtype_ = std::get<1>(GetParam());
+    packed_ = std::get<2>(GetParam());
     ASSERT_TRUE(IsaLevelSupported(level_));  // only supported levels are instantiated
   }
   void TearDown() override { SetNumThreads(saved_threads_); }
 
+  TestWeights Make(int64_t rows, int64_t cols, uint32_t seed) const {
+    TestWeights t = MakeWeights(dtype_, rows, cols, seed);
+    if (packed_) Pack(level_, &t);
+    return t;
+  }
+
   IsaLevel level_;
   DType dtype_;
+  bool packed_ = false;
   int saved_threads_ = NumThreads();
 };
 
@@ -121,7 +148,7 @@ TEST_P(MatMulTest, MatchesFloat64ReferenceOnGrid) {
   for (int64_t rows : {1, 7, 33}) {
     for (int64_t cols : cols_list) {
       for (int64_t num_tokens : {1, 3, 17, 64}) {
-        TestWeights tw = MakeWeights(dtype_, rows, cols, seed++);
+        TestWeights tw = Make(rows, cols, seed++);
         std::vector<float> x = MakeInput(num_tokens, cols, seed++);
         std::vector<float> y(num_tokens * rows, -1.0f);
         std::vector<double> ref(num_tokens * rows), abs_ref(num_tokens * rows);
@@ -142,7 +169,7 @@ TEST_P(MatMulTest, MatchesFloat64ReferenceOnGrid) {
     }
   }
   RecordProperty("worst_error_over_abs_sum", std::to_string(worst_ratio));
-  std::printf("[ %s ] worst |y - ref| / sum|w x| = %.3g\n", Name(level_, dtype_).c_str(),
+  std::printf("[ %s ] worst |y - ref| / sum|w x| = %.3g\n", Name(level_, dtype_, packed_).c_str(),
               worst_ratio);
 }
 
@@ -152,7 +179,7 @@ TEST_P(MatMulTest, BatchInvariantBitExact) {
   for (int64_t cols : {96, 4096 + 32}) {
     const int64_t rows = 37;
     const int64_t num_tokens = 64;
-    TestWeights tw = MakeWeights(dtype_, rows, cols, 11);
+    TestWeights tw = Make(rows, cols, 11);
     std::vector<float> x = MakeInput(num_tokens, cols, 12);
     std::vector<float> single(num_tokens * rows);
     for (int64_t t = 0; t < num_tokens; ++t) {
@@ -172,7 +199,7 @@ TEST_P(MatMulTest, BatchInvariantBitExact) {
 // Results do not depend on how rows are split over 1, 2 or 3 threads.
 TEST_P(MatMulTest, ThreadCountInvariantBitExact) {
   const int64_t rows = 515, cols = 4096 + 32;
-  TestWeights tw = MakeWeights(dtype_, rows, cols, 21);
+  TestWeights tw = Make(rows, cols, 21);
   for (int64_t num_tokens : {1, 5}) {
     std::vector<float> x = MakeInput(num_tokens, cols, 22);
     std::vector<float> expected;
@@ -191,7 +218,7 @@ TEST_P(MatMulTest, ThreadCountInvariantBitExact) {
 }
 
 TEST_P(MatMulTest, ZeroInputGivesZero) {
-  TestWeights tw = MakeWeights(dtype_, 9, 64, 31);
+  TestWeights tw = Make(9, 64, 31);
   std::vector<float> x(3 * 64, 0.0f), y(3 * 9, 1.0f);
   MatMulAt(level_, tw.w, x.data(), 3, y.data());
   for (float v : y) EXPECT_EQ(v, 0.0f);
@@ -211,10 +238,69 @@ INSTANTIATE_TEST_SUITE_P(
     AllLevels, MatMulTest,
     ::testing::Combine(::testing::ValuesIn(SupportedLevels()),
                        ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                                         DType::kQ4_0)),
+                                         DType::kQ4_0),
+                       ::testing::Values(false)),
     [](const ::testing::TestParamInfo<MatMulTest::ParamType>& info) {
       return Name(std::get<0>(info.param), std::get<1>(info.param));
     });
+
+INSTANTIATE_TEST_SUITE_P(
+    Packed, MatMulTest,
+    ::testing::Combine(::testing::ValuesIn(SupportedLevels()),
+                       ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0),
+                       ::testing::Values(true)),
+    [](const ::testing::TestParamInfo<MatMulTest::ParamType>& info) {
+      return Name(std::get<0>(info.param), std::get<1>(info.param), true);
+    });
+
+// The panels carry every weight exactly: unpacking a panel gives the rows back.
+TEST(PackedWeightsTest, PanelsHoldTheRowsExactly) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+    for (int64_t panel_rows : {16, 32}) {
+      const int64_t rows = 37, cols = 64;
+      TestWeights tw = MakeWeights(dtype, rows, cols, 5);
+      auto pw = PackWeights(tw.w, panel_rows, 0);
+      ASSERT_EQ(pw->num_panels, (rows + panel_rows - 1) / panel_rows);
+      for (int64_t r = 0; r < pw->num_panels * panel_rows; ++r) {
+        const int64_t p = r / panel_rows, j = r % panel_rows;
+        for (int64_t k = 0; k < cols; ++k) {
+          float got = 0, want = 0;
+          if (dtype == DType::kQ8_0) {
+            const uint8_t code = pw->panel(p)[(((k / 32) * 8 + (k % 32) / 4) * panel_rows + j) * 4 + k % 4];
+            got = F16ToF32(pw->q8_scales(p)[(k / 32) * panel_rows + j]) * (static_cast<int>(code) - 128);
+          } else {
+            const int64_t half = panel_rows / 2;
+            const int64_t slot = dtype == DType::kBF16 ? (j < half ? 2 * j : 2 * (j - half) + 1) : j;
+            const uint8_t* e = pw->panel(p) + (k * panel_rows + slot) * (dtype == DType::kF32 ? 4 : 2);
+            std::vector<float> one(1);
+            DequantizeRow(dtype, e, one.data(), 1);
+            got = one[0];
+          }
+          if (r < rows) {
+            std::vector<float> row(cols);
+            DequantizeRow(dtype, tw.w.row(r), row.data(), cols);
+            want = row[k];
+          }
+          ASSERT_EQ(got, want) << DTypeName(dtype) << " panel_rows=" << panel_rows << " r=" << r << " k=" << k;
+        }
+      }
+    }
+  }
+}
+
+// A view whose data or shape differs from what was packed ignores the panels.
+TEST(PackedWeightsTest, MismatchedViewFallsBackToRows) {
+  TestWeights tw = MakeWeights(DType::kBF16, 40, 64, 6);
+  auto pw = PackWeights(tw.w, 32, 0);
+  WeightMatrix first = tw.w;
+  first.rows = 8;  // a sub-view of the first 8 rows, packed pointer left behind
+  first.packed = pw.get();
+  std::vector<float> x = MakeInput(1, 64, 7), y(8), want(8);
+  MatMul(first, x.data(), 1, y.data());
+  first.packed = nullptr;
+  MatMul(first, x.data(), 1, want.data());
+  EXPECT_EQ(0, std::memcmp(y.data(), want.data(), sizeof(float) * 8));
+}
 
 TEST(MatMulDispatchTest, DefaultIsTheBestSupportedLevel) {
   std::printf("CPU features: %s; MatMul uses %s\n", GetCpuFeatures().ToString().c_str(),

@@ -1,9 +1,11 @@
 #include "model/arch/llama.h"
 
+#include <chrono>
 #include <cmath>
 #include <utility>
 
 #include "core/error.h"
+#include "core/logging.h"
 #include "core/parallel.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
@@ -28,6 +30,28 @@ LlamaModel::LlamaModel(ModelSpec spec, LlamaWeights weights, std::vector<int32_t
     : spec_(std::move(spec)), w_(std::move(weights)), eos_ids_(std::move(eos_ids)) {
   spec_.Validate();
   rope_ = MakeRopeParams(spec_.rope);
+  PackForCpu();
+}
+
+void LlamaModel::PackForCpu() {
+  const auto start = std::chrono::steady_clock::now();
+  int64_t bytes = 0;
+  auto pack = [&](WeightMatrix& m) {
+    std::shared_ptr<const PackedWeights> p = PackWeightsForCpu(m);
+    if (p == nullptr) return;
+    m.packed = p.get();
+    bytes += p->bytes();
+    packed_.push_back(std::move(p));
+  };
+  for (LlamaLayerWeights& L : w_.layers) {
+    for (WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*m);
+  }
+  pack(w_.output);
+  if (packed_.empty()) return;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  PAGODA_LOG(kInfo) << "packed " << packed_.size() << " weight matrices into "
+                   << packed_.front()->panel_rows << "-row panels for the " << MatMulIsaName()
+                   << " kernels (" << bytes / (1 << 20) << " MiB, " << s << " s)";
 }
 
 KVStorageShape LlamaModel::KVShapeFor(int64_t num_blocks, int64_t block_size, DType dtype) const {

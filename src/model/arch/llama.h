@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/packed_weights.h"
 #include "kernels/params/matmul_params.h"
 #include "kernels/params/rope_params.h"
 #include "model/model.h"
@@ -43,8 +44,13 @@ class LlamaModel : public Model {
   std::vector<int32_t> eos_ids() const override { return eos_ids_; }
 
  private:
+  void PackForCpu();
+
   ModelSpec spec_;
   LlamaWeights w_;
+  // The projections repacked for the CPU kernels (kernels/cpu/packed_weights.h), when
+  // the CPU's MatMul level has a packed kernel; w_'s views point at them.
+  std::vector<std::shared_ptr<const PackedWeights>> packed_;
   RopeParams rope_;
   std::vector<int32_t> eos_ids_;
 };

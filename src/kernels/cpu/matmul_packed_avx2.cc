@@ -1,0 +1,135 @@
+// AVX2 + FMA + F16C kernels for packed float weights (packed_weights.h): panels of 16
+// rows, rows in lanes (two ymm per k), the activation broadcast. GEMM tile 1 panel x 6
+// tokens = 12 accumulators; GEMV tile 2 panels x 1 token. Same loop structure and the
+// same per-output order as matmul_packed_avx512.cc (k slices of 256 chained through y).
+// Q8_0 weights are not packed at this level (matmul_avx2.cc handles them row-major).
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "core/dtype.h"
+#include "kernels/cpu/matmul_internal.h"
+
+#define PAGODA_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace pagoda::matmul_internal {
+namespace {
+
+constexpr int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+constexpr int64_t kPrefetchAhead = 2048;
+constexpr int64_t kL2WeightBudget = 192 * 1024;
+
+// ---- float panels -------------------------------------------------------------
+
+constexpr int64_t kFloatKc = 256;
+constexpr int kFloatTokens = 6;
+
+template <DType kW>
+constexpr int64_t kElem = kW == DType::kF32 ? 4 : 2;
+
+// Panels [panel, panel + P) x tokens [0, T) of x (row stride n), k in [k0, k1). `first`:
+// start from zero, else from y. y: token j of panel q at y[j * ldy + q * 16].
+template <DType kW, int P, int T>
+PAGODA_AVX2 void FloatTile(const uint8_t* panel, int64_t panel_bytes, const float* x, int64_t n,
+                             int64_t k0, int64_t k1, bool first, float* y, int64_t ldy,
+                             bool prefetch) {
+  __m256 acc[P][2][T];
+  for (int q = 0; q < P; ++q)
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < T; ++j)
+        acc[q][h][j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * ldy + q * 16 + h * 8);
+  constexpr int64_t kStep = 16 * kElem<kW>;  // bytes per k of one panel
+  const uint8_t* wp[P];
+  for (int q = 0; q < P; ++q) wp[q] = panel + q * panel_bytes + k0 * kStep;
+  const float* xt[T];
+  for (int j = 0; j < T; ++j) xt[j] = x + j * n;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t k = k0; k < k1; ++k) {
+    __m256 w[P][2];
+    for (int q = 0; q < P; ++q) {
+      if (prefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead), _MM_HINT_T0);
+      }
+      if constexpr (kW == DType::kF32) {
+        w[q][0] = _mm256_load_ps(reinterpret_cast<const float*>(wp[q]));
+        w[q][1] = _mm256_load_ps(reinterpret_cast<const float*>(wp[q] + 32));
+      } else if constexpr (kW == DType::kF16) {
+        w[q][0] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wp[q])));
+        w[q][1] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wp[q] + 16)));
+      } else {
+        const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp[q]));
+        w[q][0] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        w[q][1] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+      }
+      wp[q] += kStep;
+    }
+    for (int j = 0; j < T; ++j) {
+      const __m256 xb = _mm256_set1_ps(xt[j][k]);
+      for (int q = 0; q < P; ++q) {
+        acc[q][0][j] = _mm256_fmadd_ps(w[q][0], xb, acc[q][0][j]);
+        acc[q][1][j] = _mm256_fmadd_ps(w[q][1], xb, acc[q][1][j]);
+      }
+    }
+  }
+  for (int q = 0; q < P; ++q)
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < T; ++j) _mm256_storeu_ps(y + j * ldy + q * 16 + h * 8, acc[q][h][j]);
+}
+
+template <DType kW>
+using FloatTileFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, int64_t, int64_t, bool,
+                             float*, int64_t, bool);
+
+template <DType kW, int... Ts>
+constexpr FloatTileFn<kW> kFloatGemmTiles[] = {&FloatTile<kW, 1, Ts>...};
+
+template <DType kW>
+constexpr const FloatTileFn<kW>* FloatGemmTiles() {
+  return kFloatGemmTiles<kW, 1, 2, 3, 4, 5, 6>;
+}
+
+template <DType kW>
+PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const float* x, int64_t num_tokens,
+                               int64_t p0, int64_t p1, float* y, int64_t ldy) {
+  const int64_t n = pw.cols;
+  if (num_tokens == 1) {
+    int64_t p = p0;
+    for (; p + 2 <= p1; p += 2) {
+      FloatTile<kW, 2, 1>(pw.panel(p), pw.panel_bytes, x, n, 0, n, true, y + (p - p0) * 16, ldy, true);
+    }
+    for (; p < p1; ++p) {
+      FloatTile<kW, 1, 1>(pw.panel(p), pw.panel_bytes, x, n, 0, n, true, y + (p - p0) * 16, ldy, true);
+    }
+    return;
+  }
+  const FloatTileFn<kW>* tiles = FloatGemmTiles<kW>();
+  const int64_t block = std::max<int64_t>(1, kL2WeightBudget / (16 * kFloatKc * kElem<kW>));
+  for (int64_t rb = p0; rb < p1; rb += block) {
+    const int64_t re = Min(rb + block, p1);
+    for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
+      const int64_t k1 = Min(k0 + kFloatKc, n);
+      for (int64_t t = 0; t < num_tokens; t += kFloatTokens) {
+        const int64_t tt = Min(kFloatTokens, num_tokens - t);
+        for (int64_t p = rb; p < re; ++p) {
+          tiles[tt - 1](pw.panel(p), pw.panel_bytes, x + t * n, n, k0, k1, k0 == 0,
+                        y + t * ldy + (p - p0) * 16, ldy, false);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void PackedRowsAvx2(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
+                    int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy) {
+  (void)xq;  // float panels only
+  switch (pw.dtype) {
+    case DType::kF32: FloatPanels<DType::kF32>(pw, x, num_tokens, p0, p1, y, ldy); return;
+    case DType::kF16: FloatPanels<DType::kF16>(pw, x, num_tokens, p0, p1, y, ldy); return;
+    default: FloatPanels<DType::kBF16>(pw, x, num_tokens, p0, p1, y, ldy); return;
+  }
+}
+
+}  // namespace pagoda::matmul_internal

@@ -1,0 +1,126 @@
+#include "kernels/cpu/packed_weights.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "kernels/cpu/matmul_internal.h"
+
+namespace pagoda {
+
+using matmul_internal::IsaLevel;
+
+namespace {
+
+int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+void PackFloatPanel(const WeightMatrix& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
+  const int64_t es = w.dtype == DType::kF32 ? 4 : 2;
+  const int64_t half = panel_rows / 2;
+  for (int64_t j = 0; j < panel_rows; ++j) {
+    const int64_t r = p * panel_rows + j;
+    // BF16: row j goes to slot 2j (j < half) or 2(j - half) + 1.
+    const int64_t slot = w.dtype == DType::kBF16 ? (j < half ? 2 * j : 2 * (j - half) + 1) : j;
+    for (int64_t k = 0; k < w.cols; ++k) {
+      uint8_t* d = dst + (k * panel_rows + slot) * es;
+      if (r < w.rows) {
+        std::memcpy(d, w.row(r) + k * es, es);
+      } else {
+        std::memset(d, 0, es);
+      }
+    }
+  }
+}
+
+void PackQ8Panel(const WeightMatrix& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
+  const int64_t nb = w.cols / 32;
+  uint8_t* codes = dst;
+  uint16_t* scales = reinterpret_cast<uint16_t*>(dst + nb * 32 * panel_rows);
+  for (int64_t j = 0; j < panel_rows; ++j) {
+    const int64_t r = p * panel_rows + j;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint16_t d = 0;
+      int8_t q[32] = {};
+      if (r < w.rows) {
+        const uint8_t* block = w.row(r) + b * 34;
+        std::memcpy(&d, block, 2);
+        std::memcpy(q, block + 2, 32);
+      }
+      scales[b * panel_rows + j] = d;
+      for (int64_t quad = 0; quad < 8; ++quad) {
+        for (int64_t i = 0; i < 4; ++i) {
+          codes[((b * 8 + quad) * panel_rows + j) * 4 + i] =
+              static_cast<uint8_t>(static_cast<int>(q[quad * 4 + i]) + 128);
+        }
+      }
+    }
+  }
+}
+
+bool PackingEnabled() {
+  static const bool enabled = [] {
+    const char* env = std::getenv("PAGODA_PACK_WEIGHTS");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled;
+}
+
+}  // namespace
+
+std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t panel_rows,
+                                                 int isa_level) {
+  PAGODA_CHECK(panel_rows > 0 && panel_rows % 16 == 0) << "panel_rows " << panel_rows;
+  auto pw = std::make_shared<PackedWeights>();
+  pw->dtype = w.dtype;
+  pw->isa_level = isa_level;
+  pw->rows = w.rows;
+  pw->cols = w.cols;
+  pw->panel_rows = panel_rows;
+  pw->num_panels = RoundUp(w.rows, panel_rows) / panel_rows;
+  pw->source = w.data;
+  switch (w.dtype) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+      pw->format = PackedWeights::Format::kFloat;
+      pw->panel_bytes = RoundUp(w.cols * panel_rows * (w.dtype == DType::kF32 ? 4 : 2), 64);
+      break;
+    case DType::kQ8_0:
+      if (w.cols % 32 != 0) ThrowInvalidArgument("PackWeights: q8_0 cols not a multiple of 32");
+      pw->format = PackedWeights::Format::kQ8;
+      pw->panel_bytes = RoundUp(w.cols / 32 * panel_rows * (32 + 2), 64);
+      break;
+    default:
+      ThrowUnsupported("PackWeights: no packed layout for " + std::string(DTypeName(w.dtype)));
+  }
+  const int64_t total = pw->num_panels * pw->panel_bytes;
+  uint8_t* mem = static_cast<uint8_t*>(std::aligned_alloc(64, total > 0 ? total : 64));
+  if (mem == nullptr) ThrowError(ErrorCode::kResourceExhausted, "PackWeights: cannot allocate " + std::to_string(total) + " bytes");
+  pw->storage.reset(mem, [](uint8_t* m) { std::free(m); });
+  ParallelFor(pw->num_panels, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      uint8_t* dst = mem + p * pw->panel_bytes;
+      if (pw->format == PackedWeights::Format::kFloat) {
+        PackFloatPanel(w, panel_rows, p, dst);
+      } else {
+        PackQ8Panel(w, panel_rows, p, dst);
+      }
+    }
+  });
+  return pw;
+}
+
+std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w) {
+  if (!PackingEnabled() || w.rows <= 0 || w.cols <= 0) return nullptr;
+  const IsaLevel level = matmul_internal::DefaultIsaLevel();
+  const bool is_float = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
+  if (level == IsaLevel::kAvx512 && (is_float || (w.dtype == DType::kQ8_0 && w.cols % 32 == 0))) {
+    return PackWeights(w, is_float ? 32 : 16, static_cast<int>(level));
+  }
+  if (level == IsaLevel::kAvx2 && is_float) return PackWeights(w, 16, static_cast<int>(level));
+  return nullptr;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,69 @@
+// Weights repacked at load time into panels of rows, for the CPU MatMul's fast path.
+//
+// A row-major (ggml) weight puts the k values of one output next to each other, so a
+// register tile has to sum each output's lanes horizontally at the end and reloads the
+// same weights for every few tokens. A panel stores `panel_rows` consecutive rows
+// interleaved along k instead, so one vector load gives one k of many rows ("rows in
+// lanes"): the kernel broadcasts an activation, does one FMA (or vpdpbusd) per vector
+// of rows and token, and never reduces across lanes. Each output is then a single
+// accumulator walked over k in order, the same for GEMV and GEMM (batch invariance).
+//
+// Formats (p = panel_rows, rows padded to a multiple of p with zero rows):
+//   kFloat (F32, F16, BF16 weights; element type unchanged, values exact):
+//     panel = [cols][p] elements. BF16 pairs rows: at each k the p values are ordered
+//     row 0, row p/2, row 1, row p/2+1, ... so that a 32-bit lane holds rows i and
+//     i + p/2 and one shift / one AND widen a whole vector of each half.
+//     F32 and F16 keep row order.
+//   kQ8 (Q8_0 weights; codes and scales exact):
+//     panel = codes [num_blocks][8 quads][p rows][4 bytes], each code stored as
+//     u8 = q + 128 (vpdpbusd multiplies unsigned by signed), then scales
+//     [num_blocks][p] f16. One 32-bit lane = 4 consecutive k of one row.
+// Panels follow each other; panel i starts at data + i * panel_bytes (64-byte aligned).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+#include "kernels/params/matmul_params.h"
+
+namespace pagoda {
+
+struct PackedWeights {
+  enum class Format { kFloat, kQ8 };
+  Format format = Format::kFloat;
+  DType dtype = DType::kF32;  // the source dtype (F32/F16/BF16 for kFloat, Q8_0 for kQ8)
+  int isa_level = 0;          // matmul_internal::IsaLevel the panels are shaped for
+  int64_t rows = 0, cols = 0;
+  int64_t panel_rows = 0;
+  int64_t num_panels = 0;
+  int64_t panel_bytes = 0;
+  const void* source = nullptr;  // the WeightMatrix::data it was packed from
+  std::shared_ptr<uint8_t> storage;
+
+  const uint8_t* panel(int64_t i) const { return storage.get() + i * panel_bytes; }
+  int64_t num_blocks() const { return cols / 32; }
+  // kQ8: the scales of panel i, [num_blocks][panel_rows] f16.
+  const uint16_t* q8_scales(int64_t i) const {
+    return reinterpret_cast<const uint16_t*>(panel(i) + num_blocks() * 32 * panel_rows);
+  }
+  int64_t bytes() const { return num_panels * panel_bytes; }
+};
+
+// The panels the MatMul level in use (matmul.h) runs fastest, or null when it has no
+// packed kernel for w.dtype (or PAGODA_PACK_WEIGHTS=0). Packing reads every weight
+// once; the result does not alias w.
+std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w);
+
+// Packs w into panels of `panel_rows` rows (a multiple of 16). REQUIRES: w.dtype in
+// {F32, F16, BF16, Q8_0}. For tests and benchmarks that choose the shape.
+std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t panel_rows,
+                                                 int isa_level);
+
+// w with its packed form attached (MatMul then uses the panels).
+inline WeightMatrix WithPacked(WeightMatrix w, const PackedWeights* p) {
+  w.packed = p;
+  return w;
+}
+
+}  // namespace pagoda
