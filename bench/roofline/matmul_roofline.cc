@@ -3,7 +3,8 @@
 // MatMul level packs that dtype), GEMV GB/s against the measured read bandwidth and
 // GEMM GFLOP/s against the measured dot-product peak, best of N timed calls.
 //
-//   pagoda_matmul_roofline [threads] [gemm_tokens]      (defaults: all cores, 512)
+//   pagoda_matmul_roofline [threads] [gemm_tokens] [dtypes]   (defaults: all cores, 512,
+//                                                             bf16,q8_0,f16,f32,q4_0)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -70,7 +71,9 @@ int main(int argc, char** argv) {
   std::printf("%-6s %-7s %-12s %10s %8s %12s %8s\n", "dtype", "layout", "shape", "GEMV GB/s",
               "of read", "GEMM GFLOP/s", "of peak");
   const std::pair<int64_t, int64_t> shapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
+  const std::string only = argc > 3 ? argv[3] : "bf16,q8_0,f16,f32,q4_0";
   for (DType d : {DType::kBF16, DType::kQ8_0, DType::kF16, DType::kF32, DType::kQ4_0}) {
+    if (("," + only + ",").find("," + std::string(DTypeName(d)) + ",") == std::string::npos) continue;
     for (auto [rows, cols] : shapes) {
       auto t = Make(d, rows, cols);
       std::vector<float> x(gemm_tokens * cols);

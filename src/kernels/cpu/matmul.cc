@@ -57,47 +57,6 @@ IsaLevel DefaultIsaLevel() {
   return level;
 }
 
-void QuantizeActivations(const float* x, int64_t num_tokens, int64_t cols, bool with_offset_sums,
-                         QuantizedActivations* out, bool with_bias128) {
-  out->num_tokens = num_tokens;
-  out->cols = cols;
-  out->num_blocks = cols / 32;
-  out->q.resize(num_tokens * cols);
-  out->d.resize(num_tokens * out->num_blocks);
-  out->offset_sums.resize(with_offset_sums ? num_tokens * out->num_blocks * 8 : 0);
-  out->bias128.resize(with_bias128 ? num_tokens * out->num_blocks : 0);
-  const int64_t nb = out->num_blocks;
-  ParallelFor(num_tokens, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)),
-              [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      for (int64_t b = 0; b < nb; ++b) {
-        const float* src = x + t * cols + b * 32;
-        int8_t* q = out->q.data() + t * cols + b * 32;
-        float amax = 0.0f;
-        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(src[i]));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        out->d[t * nb + b] = d;
-        for (int i = 0; i < 32; ++i) {
-          const long v = std::lround(src[i] * id);
-          q[i] = static_cast<int8_t>(std::clamp<long>(v, -127, 127));
-        }
-        if (with_bias128) {
-          int32_t sum = 0;
-          for (int i = 0; i < 32; ++i) sum += q[i];
-          out->bias128[t * nb + b] = -128 * sum;
-        }
-        if (with_offset_sums) {
-          int32_t* s = out->offset_sums.data() + (t * nb + b) * 8;
-          for (int j = 0; j < 8; ++j) {
-            s[j] = 8 * (q[4 * j] + q[4 * j + 1] + q[4 * j + 2] + q[4 * j + 3]);
-          }
-        }
-      }
-    }
-  });
-}
-
 namespace {
 
 MatMulRowsFn RowsFn(IsaLevel level) {

@@ -78,8 +78,12 @@ struct QuantizedActivations {
 
 // Quantizes x [num_tokens, cols] (cols % 32 == 0), in parallel over tokens. Each row's
 // result depends on that row only.
+// (quantize_activations.cc; every level gives the same codes and scales.)
 void QuantizeActivations(const float* x, int64_t num_tokens, int64_t cols, bool with_offset_sums,
                          QuantizedActivations* out, bool with_bias128 = false);
+// The same at a given level. REQUIRES: IsaLevelSupported(level).
+void QuantizeActivationsAt(IsaLevel level, const float* x, int64_t num_tokens, int64_t cols,
+                           bool with_offset_sums, QuantizedActivations* out, bool with_bias128);
 
 // One level's kernel: y[t, r] for r in [r0, r1) and every token. x is the f32 input
 // [num_tokens, w.cols]; xq is its quantized form, not null iff w.dtype is Q8_0/Q4_0.

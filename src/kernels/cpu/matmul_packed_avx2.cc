@@ -1,7 +1,8 @@
 // AVX2 + FMA + F16C kernels for packed float weights (packed_weights.h): panels of 16
 // rows, rows in lanes (two ymm per k), the activation broadcast. GEMM tile 1 panel x 6
-// tokens = 12 accumulators; GEMV tile 2 panels x 1 token. Same loop structure and the
-// same per-output order as matmul_packed_avx512.cc (k slices of 256 chained through y).
+// tokens = 12 accumulators (activations packed k-major per tile); GEMV tile 2 panels x 1
+// token. Same loop structure and per-output order as matmul_packed_avx512.cc (k slices of
+// 256 chained through y).
 // Q8_0 weights are not packed at this level (matmul_avx2.cc handles them row-major).
 #include <immintrin.h>
 
@@ -77,17 +78,57 @@ PAGODA_AVX2 void FloatTile(const uint8_t* panel, int64_t panel_bytes, const floa
       for (int j = 0; j < T; ++j) _mm256_storeu_ps(y + j * ldy + q * 16 + h * 8, acc[q][h][j]);
 }
 
-template <DType kW>
-using FloatTileFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, int64_t, int64_t, bool,
-                             float*, int64_t, bool);
-
-template <DType kW, int... Ts>
-constexpr FloatTileFn<kW> kFloatGemmTiles[] = {&FloatTile<kW, 1, Ts>...};
-
-template <DType kW>
-constexpr const FloatTileFn<kW>* FloatGemmTiles() {
-  return kFloatGemmTiles<kW, 1, 2, 3, 4, 5, 6>;
+// GEMM tile: panels [panel, panel + P) x T tokens whose activations are packed
+// k-major for this k-slice: xp[(k - k0) * T + j] (one pointer, constant offsets, no cache
+// set conflicts between token rows). Same per-output order as FloatTile.
+template <DType kW, int P, int T>
+PAGODA_AVX2 void FloatGemmTile(const uint8_t* panel, int64_t panel_bytes, const float* xp,
+                                 int64_t k0, int64_t k1, bool first, float* y, int64_t ldy) {
+  __m256 acc[P][2][T];
+  for (int q = 0; q < P; ++q)
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < T; ++j)
+        acc[q][h][j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * ldy + q * 16 + h * 8);
+  constexpr int64_t kStep = 16 * kElem<kW>;
+  const uint8_t* wp[P];
+  for (int q = 0; q < P; ++q) wp[q] = panel + q * panel_bytes + k0 * kStep;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t k = k0; k < k1; ++k, xp += T) {
+    __m256 w[P][2];
+    for (int q = 0; q < P; ++q) {
+      if constexpr (kW == DType::kF32) {
+        w[q][0] = _mm256_load_ps(reinterpret_cast<const float*>(wp[q]));
+        w[q][1] = _mm256_load_ps(reinterpret_cast<const float*>(wp[q] + 32));
+      } else if constexpr (kW == DType::kF16) {
+        w[q][0] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wp[q])));
+        w[q][1] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wp[q] + 16)));
+      } else {
+        const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp[q]));
+        w[q][0] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+        w[q][1] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+      }
+      wp[q] += kStep;
+    }
+    for (int j = 0; j < T; ++j) {
+      const __m256 xb = _mm256_set1_ps(xp[j]);
+      for (int q = 0; q < P; ++q) {
+        acc[q][0][j] = _mm256_fmadd_ps(w[q][0], xb, acc[q][0][j]);
+        acc[q][1][j] = _mm256_fmadd_ps(w[q][1], xb, acc[q][1][j]);
+      }
+    }
+  }
+  for (int q = 0; q < P; ++q)
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < T; ++j) _mm256_storeu_ps(y + j * ldy + q * 16 + h * 8, acc[q][h][j]);
 }
+
+template <DType kW>
+using FloatGemmFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, int64_t, bool, float*,
+                             int64_t);
+
+// Tile tables: [T - 1] for T = 1 .. max tokens of the shape.
+template <DType kW, int P, int... Ts>
+constexpr FloatGemmFn<kW> kFloatGemm[] = {&FloatGemmTile<kW, P, Ts>...};
 
 template <DType kW>
 PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const float* x, int64_t num_tokens,
@@ -103,17 +144,35 @@ PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const float* x, int64_t nu
     }
     return;
   }
-  const FloatTileFn<kW>* tiles = FloatGemmTiles<kW>();
-  const int64_t block = std::max<int64_t>(1, kL2WeightBudget / (16 * kFloatKc * kElem<kW>));
-  for (int64_t rb = p0; rb < p1; rb += block) {
-    const int64_t re = Min(rb + block, p1);
-    for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
-      const int64_t k1 = Min(k0 + kFloatKc, n);
-      for (int64_t t = 0; t < num_tokens; t += kFloatTokens) {
-        const int64_t tt = Min(kFloatTokens, num_tokens - t);
-        for (int64_t p = rb; p < re; ++p) {
-          tiles[tt - 1](pw.panel(p), pw.panel_bytes, x + t * n, n, k0, k1, k0 == 0,
-                        y + t * ldy + (p - p0) * 16, ldy, false);
+  struct {
+    int64_t panels = 1, tokens = kFloatTokens;
+  } shape;
+  const FloatGemmFn<kW>* tiles = kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6>;
+  const FloatGemmFn<kW>* single = tiles;
+  const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (16 * kFloatKc * kElem<kW>));
+  const int64_t tokens_per_tile = shape.tokens;
+  // All token tiles of one k-slice, packed k-major per tile: tile i at xp + i * kFloatKc * T.
+  const int64_t num_tiles = (num_tokens + tokens_per_tile - 1) / tokens_per_tile;
+  AlignedFloats xp(num_tiles * kFloatKc * tokens_per_tile);
+  for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
+    const int64_t k1 = Min(k0 + kFloatKc, n);
+    for (int64_t i = 0; i < num_tiles; ++i) {
+      const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
+      float* dst = xp.data() + i * kFloatKc * tokens_per_tile;
+      for (int64_t k = k0; k < k1; ++k)
+        for (int64_t j = 0; j < tt; ++j) dst[(k - k0) * tt + j] = x[(t + j) * n + k];
+    }
+    for (int64_t rb = p0; rb < p1; rb += block) {
+      const int64_t re = Min(rb + block, p1);
+      for (int64_t i = 0; i < num_tiles; ++i) {
+        const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
+        const float* xt = xp.data() + i * kFloatKc * tokens_per_tile;
+        int64_t p = rb;
+        for (; p + shape.panels <= re; p += shape.panels) {
+          tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 16, ldy);
+        }
+        for (; p < re; ++p) {
+          single[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 16, ldy);
         }
       }
     }

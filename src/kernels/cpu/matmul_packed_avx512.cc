@@ -18,7 +18,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -95,16 +98,84 @@ PAGODA_AVX512 void FloatTile(const uint8_t* panel, int64_t panel_bytes, const fl
       for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy + q * 32 + h * 16, acc[q][h][j]);
 }
 
-template <DType kW>
-using FloatTileFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, int64_t, int64_t, bool,
-                             float*, int64_t, bool);
+// GEMM tile: panels [panel, panel + P) x T tokens whose activations are packed
+// k-major for this k-slice: xp[(k - k0) * T + j] (one pointer, constant offsets, no cache
+// set conflicts between token rows). Same per-output order as FloatTile.
+template <DType kW, int P, int T>
+PAGODA_AVX512 void FloatGemmTile(const uint8_t* panel, int64_t panel_bytes, const float* xp,
+                                 int64_t k0, int64_t k1, bool first, float* y, int64_t ldy) {
+  __m512 acc[P][2][T];
+  for (int q = 0; q < P; ++q)
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < T; ++j)
+        acc[q][h][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * ldy + q * 32 + h * 16);
+  constexpr int64_t kStep = 32 * kElem<kW>;
+  const uint8_t* wp[P];
+  for (int q = 0; q < P; ++q) wp[q] = panel + q * panel_bytes + k0 * kStep;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t k = k0; k < k1; ++k, xp += T) {
+    __m512 w[P][2];
+    for (int q = 0; q < P; ++q) {
+      if constexpr (kW == DType::kF32) {
+        w[q][0] = _mm512_load_ps(wp[q]);
+        w[q][1] = _mm512_load_ps(wp[q] + 64);
+      } else if constexpr (kW == DType::kF16) {
+        w[q][0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp[q])));
+        w[q][1] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp[q] + 32)));
+      } else {
+        const __m512i v = _mm512_load_si512(wp[q]);
+        w[q][0] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+        w[q][1] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+      }
+      wp[q] += kStep;
+    }
+    for (int j = 0; j < T; ++j) {
+      const __m512 xb = _mm512_set1_ps(xp[j]);
+      for (int q = 0; q < P; ++q) {
+        acc[q][0][j] = _mm512_fmadd_ps(w[q][0], xb, acc[q][0][j]);
+        acc[q][1][j] = _mm512_fmadd_ps(w[q][1], xb, acc[q][1][j]);
+      }
+    }
+  }
+  for (int q = 0; q < P; ++q)
+    for (int h = 0; h < 2; ++h)
+      for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy + q * 32 + h * 16, acc[q][h][j]);
+}
 
-template <DType kW, int... Ts>
-constexpr FloatTileFn<kW> kFloatGemmTiles[] = {&FloatTile<kW, 1, Ts>...};
+template <DType kW>
+using FloatGemmFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, int64_t, bool, float*,
+                             int64_t);
+
+// Tile tables: [T - 1] for T = 1 .. max tokens of the shape.
+template <DType kW, int P, int... Ts>
+constexpr FloatGemmFn<kW> kFloatGemm[] = {&FloatGemmTile<kW, P, Ts>...};
+
+// GEMM register-tile shape (panels x tokens), chosen once. PAGODA_GEMM_TILE_F=1x12|2x6|1x8
+// overrides it (for tuning on a new CPU).
+struct TileShape {
+  int panels, tokens;
+};
+TileShape ParseShape(const char* env, TileShape def) {
+  const char* v = std::getenv(env);
+  if (v == nullptr) return def;
+  int a = 0, b = 0;
+  if (std::sscanf(v, "%dx%d", &a, &b) != 2) return def;
+  return {a, b};
+}
+TileShape FloatShape() {
+  static const TileShape s = [] {
+    TileShape t = ParseShape("PAGODA_GEMM_TILE_F", {1, 12});
+    if (!((t.panels == 1 && (t.tokens == 12 || t.tokens == 8)) || (t.panels == 2 && t.tokens == 6))) t = {1, 12};
+    return t;
+  }();
+  return s;
+}
 
 template <DType kW>
-constexpr const FloatTileFn<kW>* FloatGemmTiles() {
-  return kFloatGemmTiles<kW, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
+const FloatGemmFn<kW>* FloatGemmTable(TileShape shape) {
+  if (shape.panels == 2) return kFloatGemm<kW, 2, 1, 2, 3, 4, 5, 6>;
+  if (shape.tokens == 8) return kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6, 7, 8>;
+  return kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
 }
 
 template <DType kW>
@@ -121,17 +192,33 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
     }
     return;
   }
-  const FloatTileFn<kW>* tiles = FloatGemmTiles<kW>();
-  const int64_t block = std::max<int64_t>(1, kL2WeightBudget / (32 * kFloatKc * kElem<kW>));
-  for (int64_t rb = p0; rb < p1; rb += block) {
-    const int64_t re = Min(rb + block, p1);
-    for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
-      const int64_t k1 = Min(k0 + kFloatKc, n);
-      for (int64_t t = 0; t < num_tokens; t += kFloatTokens) {
-        const int64_t tt = Min(kFloatTokens, num_tokens - t);
-        for (int64_t p = rb; p < re; ++p) {
-          tiles[tt - 1](pw.panel(p), pw.panel_bytes, x + t * n, n, k0, k1, k0 == 0,
-                        y + t * ldy + (p - p0) * 32, ldy, false);
+  const TileShape shape = FloatShape();
+  const FloatGemmFn<kW>* tiles = FloatGemmTable<kW>(shape);
+  const FloatGemmFn<kW>* single = kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
+  const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (32 * kFloatKc * kElem<kW>));
+  const int64_t tokens_per_tile = shape.tokens;
+  // All token tiles of one k-slice, packed k-major per tile: tile i at xp + i * kFloatKc * T.
+  const int64_t num_tiles = (num_tokens + tokens_per_tile - 1) / tokens_per_tile;
+  AlignedFloats xp(num_tiles * kFloatKc * tokens_per_tile);
+  for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
+    const int64_t k1 = Min(k0 + kFloatKc, n);
+    for (int64_t i = 0; i < num_tiles; ++i) {
+      const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
+      float* dst = xp.data() + i * kFloatKc * tokens_per_tile;
+      for (int64_t k = k0; k < k1; ++k)
+        for (int64_t j = 0; j < tt; ++j) dst[(k - k0) * tt + j] = x[(t + j) * n + k];
+    }
+    for (int64_t rb = p0; rb < p1; rb += block) {
+      const int64_t re = Min(rb + block, p1);
+      for (int64_t i = 0; i < num_tiles; ++i) {
+        const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
+        const float* xt = xp.data() + i * kFloatKc * tokens_per_tile;
+        int64_t p = rb;
+        for (; p + shape.panels <= re; p += shape.panels) {
+          tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 32, ldy);
+        }
+        for (; p < re; ++p) {
+          single[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 32, ldy);
         }
       }
     }
@@ -141,7 +228,6 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
 // ---- q8 panels --------------------------------------------------------------------
 
 constexpr int64_t kQ8BlocksPerSlice = 32;
-constexpr int kQ8Tokens = 4;
 constexpr int64_t kQ8BlockBytes = 8 * 16 * 4;  // codes of one block of a 16-row panel
 
 // Panels [panel, panel + P) x tokens [t0, t0 + T), blocks [b0, b1). y as FloatTile (16 rows
@@ -209,10 +295,81 @@ PAGODA_AVX512 void Q8Tile(const PackedWeights& pw, int64_t panel, const Quantize
     for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy + q * 16, acc[q][j]);
 }
 
-using Q8TileFn = void (*)(const PackedWeights&, int64_t, const QuantizedActivations&, int64_t, int64_t,
-                          int64_t, bool, float*, int64_t, bool);
-constexpr Q8TileFn kQ8Pair[kQ8Tokens] = {&Q8Tile<2, 1>, &Q8Tile<2, 2>, &Q8Tile<2, 3>, &Q8Tile<2, 4>};
-constexpr Q8TileFn kQ8Single[kQ8Tokens] = {&Q8Tile<1, 1>, &Q8Tile<1, 2>, &Q8Tile<1, 3>, &Q8Tile<1, 4>};
+// GEMM tile over activations packed per block-slice and token tile (QPack): 4 codes
+// of token j at quad (b, quad) in x4[((b - b0) * 8 + quad) * T + j], its block bias
+// and scale in bias[(b - b0) * T + j], dx[...]. Same per-output order as Q8Tile.
+struct QPack {
+  const int32_t* x4;
+  const int32_t* bias;
+  const float* dx;
+};
+
+template <int P, int T>
+PAGODA_AVX512 void Q8GemmTile(const PackedWeights& pw, int64_t panel, QPack xp, int64_t b0,
+                              int64_t b1, bool first, float* y, int64_t ldy) {
+  __m512 acc[P][T];
+  for (int q = 0; q < P; ++q)
+    for (int j = 0; j < T; ++j)
+      acc[q][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * ldy + q * 16);
+  const uint8_t* codes[P];
+  const uint16_t* scales[P];
+  for (int q = 0; q < P; ++q) {
+    codes[q] = pw.panel(panel + q) + b0 * kQ8BlockBytes;
+    scales[q] = pw.q8_scales(panel + q) + b0 * 16;
+  }
+  for (int64_t b = b0; b < b1; ++b) {
+    __m512i isum[P][T];
+    for (int j = 0; j < T; ++j)
+      for (int q = 0; q < P; ++q) isum[q][j] = _mm512_set1_epi32(xp.bias[j]);
+    for (int quad = 0; quad < 8; ++quad) {
+      __m512i wv[P];
+      for (int q = 0; q < P; ++q) wv[q] = _mm512_load_si512(codes[q] + quad * 64);
+      for (int j = 0; j < T; ++j) {
+        const __m512i xv = _mm512_set1_epi32(xp.x4[quad * T + j]);
+        for (int q = 0; q < P; ++q) isum[q][j] = _mm512_dpbusd_epi32(isum[q][j], wv[q], xv);
+      }
+    }
+    __m512 dw[P];
+    for (int q = 0; q < P; ++q) {
+      dw[q] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[q])));
+      codes[q] += kQ8BlockBytes;
+      scales[q] += 16;
+    }
+    for (int j = 0; j < T; ++j) {
+      const __m512 dx = _mm512_set1_ps(xp.dx[j]);
+      for (int q = 0; q < P; ++q) {
+        acc[q][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[q][j]), _mm512_mul_ps(dw[q], dx), acc[q][j]);
+      }
+    }
+    xp.x4 += 8 * T;
+    xp.bias += T;
+    xp.dx += T;
+  }
+  for (int q = 0; q < P; ++q)
+    for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy + q * 16, acc[q][j]);
+}
+
+using Q8GemmFn = void (*)(const PackedWeights&, int64_t, QPack, int64_t, int64_t, bool, float*, int64_t);
+template <int P, int... Ts>
+constexpr Q8GemmFn kQ8Gemm[] = {&Q8GemmTile<P, Ts>...};
+
+// PAGODA_GEMM_TILE_Q8=2x4|1x8|4x2|2x6 overrides the default shape.
+TileShape Q8Shape() {
+  static const TileShape s = [] {
+    TileShape t = ParseShape("PAGODA_GEMM_TILE_Q8", {2, 4});
+    const bool ok = (t.panels == 2 && (t.tokens == 4 || t.tokens == 6)) || (t.panels == 1 && t.tokens == 8) ||
+                    (t.panels == 4 && t.tokens == 2);
+    return ok ? t : TileShape{2, 4};
+  }();
+  return s;
+}
+
+const Q8GemmFn* Q8GemmTable(TileShape shape) {
+  if (shape.panels == 1) return kQ8Gemm<1, 1, 2, 3, 4, 5, 6, 7, 8>;
+  if (shape.panels == 4) return kQ8Gemm<4, 1, 2>;
+  if (shape.tokens == 6) return kQ8Gemm<2, 1, 2, 3, 4, 5, 6>;
+  return kQ8Gemm<2, 1, 2, 3, 4>;
+}
 
 PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const QuantizedActivations& xq,
                             int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy) {
@@ -223,20 +380,42 @@ PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const QuantizedActivations&
     for (; p < p1; ++p) Q8Tile<1, 1>(pw, p, xq, 0, 0, nb, true, y + (p - p0) * 16, ldy, true);
     return;
   }
-  const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (kQ8BlocksPerSlice * (kQ8BlockBytes + 32)));
-  for (int64_t rb = p0; rb < p1; rb += block) {
-    const int64_t re = Min(rb + block, p1);
-    for (int64_t b0 = 0; b0 < nb; b0 += kQ8BlocksPerSlice) {
-      const int64_t b1 = Min(b0 + kQ8BlocksPerSlice, nb);
-      for (int64_t t = 0; t < num_tokens; t += kQ8Tokens) {
-        const int64_t tt = Min(kQ8Tokens, num_tokens - t);
+  const TileShape shape = Q8Shape();
+  const Q8GemmFn* tiles = Q8GemmTable(shape);
+  const Q8GemmFn* single = kQ8Gemm<1, 1, 2, 3, 4, 5, 6, 7, 8>;
+  const int64_t tp = shape.tokens;
+  const int64_t num_tiles = (num_tokens + tp - 1) / tp;
+  const int64_t slice = kQ8BlocksPerSlice;
+  std::vector<int32_t> x4(num_tiles * slice * 8 * tp), bias(num_tiles * slice * tp);
+  std::vector<float> dx(num_tiles * slice * tp);
+  const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (slice * (kQ8BlockBytes + 32)));
+  for (int64_t b0 = 0; b0 < nb; b0 += slice) {
+    const int64_t b1 = Min(b0 + slice, nb);
+    for (int64_t i = 0; i < num_tiles; ++i) {  // pack this slice's activations
+      const int64_t t = i * tp, tt = Min(tp, num_tokens - t);
+      int32_t* x4t = x4.data() + i * slice * 8 * tp;
+      int32_t* bt = bias.data() + i * slice * tp;
+      float* dt = dx.data() + i * slice * tp;
+      for (int64_t b = b0; b < b1; ++b) {
+        for (int64_t j = 0; j < tt; ++j) {
+          for (int quad = 0; quad < 8; ++quad) {
+            std::memcpy(x4t + ((b - b0) * 8 + quad) * tt + j, xq.q_row(t + j) + b * 32 + quad * 4, 4);
+          }
+          bt[(b - b0) * tt + j] = xq.bias128_row(t + j)[b];
+          dt[(b - b0) * tt + j] = xq.d_row(t + j)[b];
+        }
+      }
+    }
+    for (int64_t rb = p0; rb < p1; rb += block) {
+      const int64_t re = Min(rb + block, p1);
+      for (int64_t i = 0; i < num_tiles; ++i) {
+        const int64_t t = i * tp, tt = Min(tp, num_tokens - t);
+        const QPack xpk{x4.data() + i * slice * 8 * tp, bias.data() + i * slice * tp, dx.data() + i * slice * tp};
         int64_t p = rb;
-        for (; p + 2 <= re; p += 2) {
-          kQ8Pair[tt - 1](pw, p, xq, t, b0, b1, b0 == 0, y + t * ldy + (p - p0) * 16, ldy, false);
+        for (; p + shape.panels <= re; p += shape.panels) {
+          tiles[tt - 1](pw, p, xpk, b0, b1, b0 == 0, y + t * ldy + (p - p0) * 16, ldy);
         }
-        for (; p < re; ++p) {
-          kQ8Single[tt - 1](pw, p, xq, t, b0, b1, b0 == 0, y + t * ldy + (p - p0) * 16, ldy, false);
-        }
+        for (; p < re; ++p) single[tt - 1](pw, p, xpk, b0, b1, b0 == 0, y + t * ldy + (p - p0) * 16, ldy);
       }
     }
   }
