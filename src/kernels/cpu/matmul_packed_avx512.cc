@@ -7,7 +7,7 @@
 //   = 24 accumulators, a GEMV tile 2 panels x 1 token.
 //   Q8 panels (16 rows): per 32-block and token, 8 vpdpbusd (4 k of 16 rows each) into an
 //   integer sum that starts at -128 * sum(x codes), then acc += float(isum) * (dw * dx);
-//   GEMM tile 2 panels x 4 tokens, GEMV tile 2 panels x 1 token.
+//   GEMM tile 2 panels x 6 tokens, GEMV tile 2 panels x 1 token.
 // GEMM walks k in slices (float: 256 k, q8: 32 blocks) chained through y, rows in blocks
 // that stay in L2 and token tiles that stay in L1; GEMV streams each panel once with a
 // software prefetch ahead (panels are contiguous, so it runs into the next panel).
@@ -353,13 +353,14 @@ using Q8GemmFn = void (*)(const PackedWeights&, int64_t, QPack, int64_t, int64_t
 template <int P, int... Ts>
 constexpr Q8GemmFn kQ8Gemm[] = {&Q8GemmTile<P, Ts>...};
 
-// PAGODA_GEMM_TILE_Q8=2x4|1x8|4x2|2x6 overrides the default shape.
+// PAGODA_GEMM_TILE_Q8=2x6|2x4|1x8|4x2 overrides the default shape (2x6: fastest on
+// the Sapphire Rapids-class host, docs/benchmarks.md).
 TileShape Q8Shape() {
   static const TileShape s = [] {
-    TileShape t = ParseShape("PAGODA_GEMM_TILE_Q8", {2, 4});
+    TileShape t = ParseShape("PAGODA_GEMM_TILE_Q8", {2, 6});
     const bool ok = (t.panels == 2 && (t.tokens == 4 || t.tokens == 6)) || (t.panels == 1 && t.tokens == 8) ||
                     (t.panels == 4 && t.tokens == 2);
-    return ok ? t : TileShape{2, 4};
+    return ok ? t : TileShape{2, 6};
   }();
   return s;
 }
