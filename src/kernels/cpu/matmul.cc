@@ -105,7 +105,7 @@ bool PackedUsable(const WeightMatrix& w) {
 PackedRowsFn PackedFn(IsaLevel level, const PackedWeights& pw) {
   const auto packed_level = static_cast<IsaLevel>(pw.isa_level);
   if (static_cast<int>(level) >= static_cast<int>(packed_level)) {
-    const bool q8 = pw.format == PackedWeights::Format::kQ8;
+    const bool q8 = pw.format != PackedWeights::Format::kFloat;
     if (packed_level == IsaLevel::kAvx512 && pw.panel_rows == (q8 ? 16 : 32)) return &PackedRowsAvx512;
     if (packed_level == IsaLevel::kAvx2 && !q8 && pw.panel_rows == 16) return &PackedRowsAvx2;
   }
@@ -115,7 +115,7 @@ PackedRowsFn PackedFn(IsaLevel level, const PackedWeights& pw) {
 void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64_t num_tokens,
                   float* y) {
   QuantizedActivations xq;
-  const bool q8 = pw.format == PackedWeights::Format::kQ8;
+  const bool q8 = pw.format != PackedWeights::Format::kFloat;  // Q8 or Q4 panels
   if (q8) QuantizeActivations(x, num_tokens, pw.cols, false, &xq, true);
   const PackedRowsFn fn = PackedFn(level, pw);
   const int64_t pr = pw.panel_rows;

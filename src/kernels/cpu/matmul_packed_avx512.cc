@@ -7,7 +7,9 @@
 //   = 24 accumulators, a GEMV tile 2 panels x 1 token.
 //   Q8 panels (16 rows): per 32-block and token, 8 vpdpbusd (4 k of 16 rows each) into an
 //   integer sum that starts at -128 * sum(x codes), then acc += float(isum) * (dw * dx);
-//   GEMM tile 2 panels x 6 tokens, GEMV tile 2 panels x 1 token.
+//   GEMM tile 2 panels x 6 tokens, GEMV tile 2 panels x 1 token. Q4 panels (Q4_0) run the
+//   same tiles: per block 4 loads of nibbles, each split (AND, shift+AND) into the codes
+//   of 4 low and 4 high k, the sum starting at -8 * sum(x codes).
 // GEMM walks k in slices (float: 256 k, q8: 32 blocks) chained through y, rows in blocks
 // that stay in L2 and token tiles that stay in L1; GEMV streams each panel once with a
 // software prefetch ahead (panels are contiguous, so it runs into the next panel).
@@ -28,6 +30,9 @@
 
 #define PAGODA_AVX512 \
   __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+#define PAGODA_AVX512_INLINE                                                                 \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni"), \
+                 always_inline)) inline
 
 namespace pagoda::matmul_internal {
 namespace {
@@ -225,14 +230,49 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
   }
 }
 
-// ---- q8 panels --------------------------------------------------------------------
+// ---- q8 / q4 panels -----------------------------------------------------------------
 
 constexpr int64_t kQ8BlocksPerSlice = 32;
-constexpr int64_t kQ8BlockBytes = 8 * 16 * 4;  // codes of one block of a 16-row panel
+// Code bytes of one block of a 16-row panel: Q8 8 quads of 64 bytes, Q4 4 quads of nibbles.
+template <bool kQ4>
+constexpr int64_t kCodeBytes = kQ4 ? 4 * 64 : 8 * 64;
+
+// isum[q][j] += the block's integer dot for panels q and tokens j; x4(quad, j) gives the
+// 4 activation codes of quad (k / 4) 0..7 of token j. Integer sums are exact, so the
+// order of the vpdpbusd does not matter.
+template <bool kQ4, int P, int T, typename X4>
+PAGODA_AVX512_INLINE void BlockDot(const uint8_t* const* codes, X4&& x4, __m512i (&isum)[P][T],
+                                   bool prefetch) {
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  constexpr int kLoads = kQ4 ? 4 : 8;
+  for (int u = 0; u < kLoads; ++u) {
+    __m512i wv[P], hv[P];
+    for (int q = 0; q < P; ++q) {
+      if (prefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(codes[q] + u * 64 + kPrefetchAhead), _MM_HINT_T0);
+      }
+      const __m512i v = _mm512_load_si512(codes[q] + u * 64);
+      if constexpr (kQ4) {
+        wv[q] = _mm512_and_si512(v, low);                          // k = 4u .. 4u+3
+        hv[q] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);   // k = 16+4u .. 16+4u+3
+      } else {
+        wv[q] = v;
+      }
+    }
+    for (int j = 0; j < T; ++j) {
+      const __m512i xv = _mm512_set1_epi32(x4(u, j));
+      for (int q = 0; q < P; ++q) isum[q][j] = _mm512_dpbusd_epi32(isum[q][j], wv[q], xv);
+      if constexpr (kQ4) {
+        const __m512i xh = _mm512_set1_epi32(x4(4 + u, j));
+        for (int q = 0; q < P; ++q) isum[q][j] = _mm512_dpbusd_epi32(isum[q][j], hv[q], xh);
+      }
+    }
+  }
+}
 
 // Panels [panel, panel + P) x tokens [t0, t0 + T), blocks [b0, b1). y as FloatTile (16 rows
 // per panel).
-template <int P, int T>
+template <bool kQ4, int P, int T>
 PAGODA_AVX512 void Q8Tile(const PackedWeights& pw, int64_t panel, const QuantizedActivations& xq,
                           int64_t t0, int64_t b0, int64_t b1, bool first, float* y, int64_t ldy,
                           bool prefetch) {
@@ -243,8 +283,8 @@ PAGODA_AVX512 void Q8Tile(const PackedWeights& pw, int64_t panel, const Quantize
   const uint8_t* codes[P];
   const uint16_t* scales[P];
   for (int q = 0; q < P; ++q) {
-    codes[q] = pw.panel(panel + q) + b0 * kQ8BlockBytes;
-    scales[q] = pw.q8_scales(panel + q) + b0 * 16;
+    codes[q] = pw.panel(panel + q) + b0 * kCodeBytes<kQ4>;
+    scales[q] = pw.q_scales(panel + q) + b0 * 16;
   }
   const int8_t* xc[T];
   const float* xd[T];
@@ -257,31 +297,22 @@ PAGODA_AVX512 void Q8Tile(const PackedWeights& pw, int64_t panel, const Quantize
   for (int64_t b = b0; b < b1; ++b) {
     __m512i isum[P][T];
     for (int j = 0; j < T; ++j) {
-      const __m512i bias = _mm512_set1_epi32(xbias[j][b]);
+      // Q4: nibble codes n = w + 8, so the correction is -8 * sum(x) = bias128 / 16.
+      const __m512i bias = _mm512_set1_epi32(kQ4 ? xbias[j][b] / 16 : xbias[j][b]);
       for (int q = 0; q < P; ++q) isum[q][j] = bias;
     }
-    for (int quad = 0; quad < 8; ++quad) {
-      __m512i wv[P];
-      for (int q = 0; q < P; ++q) {
-        if (prefetch) {
-          _mm_prefetch(reinterpret_cast<const char*>(codes[q] + quad * 64 + kPrefetchAhead), _MM_HINT_T0);
-        }
-        wv[q] = _mm512_load_si512(codes[q] + quad * 64);
-      }
-      for (int j = 0; j < T; ++j) {
-        int32_t x4;
-        std::memcpy(&x4, xc[j] + b * 32 + quad * 4, 4);
-        const __m512i xv = _mm512_set1_epi32(x4);
-        for (int q = 0; q < P; ++q) isum[q][j] = _mm512_dpbusd_epi32(isum[q][j], wv[q], xv);
-      }
-    }
+    BlockDot<kQ4, P, T>(codes, [&](int quad, int j) {
+      int32_t x4;
+      std::memcpy(&x4, xc[j] + b * 32 + quad * 4, 4);
+      return x4;
+    }, isum, prefetch);
     __m512 dw[P];
     for (int q = 0; q < P; ++q) {
       if (prefetch && (b & 1) == 0) {
         _mm_prefetch(reinterpret_cast<const char*>(scales[q] + 16 * 16), _MM_HINT_T0);
       }
       dw[q] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[q])));
-      codes[q] += kQ8BlockBytes;
+      codes[q] += kCodeBytes<kQ4>;
       scales[q] += 16;
     }
     for (int j = 0; j < T; ++j) {
@@ -304,7 +335,7 @@ struct QPack {
   const float* dx;
 };
 
-template <int P, int T>
+template <bool kQ4, int P, int T>
 PAGODA_AVX512 void Q8GemmTile(const PackedWeights& pw, int64_t panel, QPack xp, int64_t b0,
                               int64_t b1, bool first, float* y, int64_t ldy) {
   __m512 acc[P][T];
@@ -314,25 +345,18 @@ PAGODA_AVX512 void Q8GemmTile(const PackedWeights& pw, int64_t panel, QPack xp, 
   const uint8_t* codes[P];
   const uint16_t* scales[P];
   for (int q = 0; q < P; ++q) {
-    codes[q] = pw.panel(panel + q) + b0 * kQ8BlockBytes;
-    scales[q] = pw.q8_scales(panel + q) + b0 * 16;
+    codes[q] = pw.panel(panel + q) + b0 * kCodeBytes<kQ4>;
+    scales[q] = pw.q_scales(panel + q) + b0 * 16;
   }
   for (int64_t b = b0; b < b1; ++b) {
     __m512i isum[P][T];
     for (int j = 0; j < T; ++j)
       for (int q = 0; q < P; ++q) isum[q][j] = _mm512_set1_epi32(xp.bias[j]);
-    for (int quad = 0; quad < 8; ++quad) {
-      __m512i wv[P];
-      for (int q = 0; q < P; ++q) wv[q] = _mm512_load_si512(codes[q] + quad * 64);
-      for (int j = 0; j < T; ++j) {
-        const __m512i xv = _mm512_set1_epi32(xp.x4[quad * T + j]);
-        for (int q = 0; q < P; ++q) isum[q][j] = _mm512_dpbusd_epi32(isum[q][j], wv[q], xv);
-      }
-    }
+    BlockDot<kQ4, P, T>(codes, [&](int quad, int j) { return xp.x4[quad * T + j]; }, isum, false);
     __m512 dw[P];
     for (int q = 0; q < P; ++q) {
       dw[q] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[q])));
-      codes[q] += kQ8BlockBytes;
+      codes[q] += kCodeBytes<kQ4>;
       scales[q] += 16;
     }
     for (int j = 0; j < T; ++j) {
@@ -350,8 +374,8 @@ PAGODA_AVX512 void Q8GemmTile(const PackedWeights& pw, int64_t panel, QPack xp, 
 }
 
 using Q8GemmFn = void (*)(const PackedWeights&, int64_t, QPack, int64_t, int64_t, bool, float*, int64_t);
-template <int P, int... Ts>
-constexpr Q8GemmFn kQ8Gemm[] = {&Q8GemmTile<P, Ts>...};
+template <bool kQ4, int P, int... Ts>
+constexpr Q8GemmFn kQ8Gemm[] = {&Q8GemmTile<kQ4, P, Ts>...};
 
 // PAGODA_GEMM_TILE_Q8=2x6|2x4|1x8|4x2 overrides the default shape (2x6: fastest on
 // the Sapphire Rapids-class host, docs/benchmarks.md).
@@ -365,31 +389,33 @@ TileShape Q8Shape() {
   return s;
 }
 
+template <bool kQ4>
 const Q8GemmFn* Q8GemmTable(TileShape shape) {
-  if (shape.panels == 1) return kQ8Gemm<1, 1, 2, 3, 4, 5, 6, 7, 8>;
-  if (shape.panels == 4) return kQ8Gemm<4, 1, 2>;
-  if (shape.tokens == 6) return kQ8Gemm<2, 1, 2, 3, 4, 5, 6>;
-  return kQ8Gemm<2, 1, 2, 3, 4>;
+  if (shape.panels == 1) return kQ8Gemm<kQ4, 1, 1, 2, 3, 4, 5, 6, 7, 8>;
+  if (shape.panels == 4) return kQ8Gemm<kQ4, 4, 1, 2>;
+  if (shape.tokens == 6) return kQ8Gemm<kQ4, 2, 1, 2, 3, 4, 5, 6>;
+  return kQ8Gemm<kQ4, 2, 1, 2, 3, 4>;
 }
 
+template <bool kQ4>
 PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const QuantizedActivations& xq,
                             int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy) {
   const int64_t nb = pw.num_blocks();
   if (num_tokens == 1) {
     int64_t p = p0;
-    for (; p + 2 <= p1; p += 2) Q8Tile<2, 1>(pw, p, xq, 0, 0, nb, true, y + (p - p0) * 16, ldy, true);
-    for (; p < p1; ++p) Q8Tile<1, 1>(pw, p, xq, 0, 0, nb, true, y + (p - p0) * 16, ldy, true);
+    for (; p + 2 <= p1; p += 2) Q8Tile<kQ4, 2, 1>(pw, p, xq, 0, 0, nb, true, y + (p - p0) * 16, ldy, true);
+    for (; p < p1; ++p) Q8Tile<kQ4, 1, 1>(pw, p, xq, 0, 0, nb, true, y + (p - p0) * 16, ldy, true);
     return;
   }
   const TileShape shape = Q8Shape();
-  const Q8GemmFn* tiles = Q8GemmTable(shape);
-  const Q8GemmFn* single = kQ8Gemm<1, 1, 2, 3, 4, 5, 6, 7, 8>;
+  const Q8GemmFn* tiles = Q8GemmTable<kQ4>(shape);
+  const Q8GemmFn* single = kQ8Gemm<kQ4, 1, 1, 2, 3, 4, 5, 6, 7, 8>;
   const int64_t tp = shape.tokens;
   const int64_t num_tiles = (num_tokens + tp - 1) / tp;
   const int64_t slice = kQ8BlocksPerSlice;
   std::vector<int32_t> x4(num_tiles * slice * 8 * tp), bias(num_tiles * slice * tp);
   std::vector<float> dx(num_tiles * slice * tp);
-  const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (slice * (kQ8BlockBytes + 32)));
+  const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (slice * (kCodeBytes<kQ4> + 32)));
   for (int64_t b0 = 0; b0 < nb; b0 += slice) {
     const int64_t b1 = Min(b0 + slice, nb);
     for (int64_t i = 0; i < num_tiles; ++i) {  // pack this slice's activations
@@ -402,7 +428,8 @@ PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const QuantizedActivations&
           for (int quad = 0; quad < 8; ++quad) {
             std::memcpy(x4t + ((b - b0) * 8 + quad) * tt + j, xq.q_row(t + j) + b * 32 + quad * 4, 4);
           }
-          bt[(b - b0) * tt + j] = xq.bias128_row(t + j)[b];
+          const int32_t bias = xq.bias128_row(t + j)[b];
+          bt[(b - b0) * tt + j] = kQ4 ? bias / 16 : bias;
           dt[(b - b0) * tt + j] = xq.d_row(t + j)[b];
         }
       }
@@ -427,7 +454,11 @@ PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const QuantizedActivations&
 void PackedRowsAvx512(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
                       int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy) {
   if (pw.format == PackedWeights::Format::kQ8) {
-    Q8Panels(pw, *xq, num_tokens, p0, p1, y, ldy);
+    Q8Panels<false>(pw, *xq, num_tokens, p0, p1, y, ldy);
+    return;
+  }
+  if (pw.format == PackedWeights::Format::kQ4) {
+    Q8Panels<true>(pw, *xq, num_tokens, p0, p1, y, ldy);
     return;
   }
   switch (pw.dtype) {

@@ -1,6 +1,7 @@
 // Portable kernels for packed weights (packed_weights.h): any panel shape, any CPU.
 // They define what the vector levels compute per output (one accumulator over k in
-// order; quantized: per block an exact integer dot, then acc += float(isum) * (dw*dx)),
+// order; quantized (Q8_0, Q4_0): per block an exact integer dot, then
+// acc += float(isum) * (dw*dx)),
 // with separate multiply and add where the vector levels fuse them into an FMA.
 #include <cstring>
 #include <vector>
@@ -57,21 +58,36 @@ void FloatPanels(const PackedWeights& pw, const float* x, int64_t num_tokens, in
 void Q8Panels(const PackedWeights& pw, const QuantizedActivations& xq, int64_t num_tokens,
               int64_t p0, int64_t p1, float* y, int64_t ldy) {
   const int64_t pr = pw.panel_rows, nb = pw.num_blocks();
+  const bool q4 = pw.format == PackedWeights::Format::kQ4;
   std::vector<float> acc(pr);
   std::vector<int32_t> isum(pr);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* codes = pw.panel(p);
-    const uint16_t* scales = pw.q8_scales(p);
+    const uint16_t* scales = pw.q_scales(p);
     for (int64_t t = 0; t < num_tokens; ++t) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       const int8_t* xc = xq.q_row(t);
       for (int64_t b = 0; b < nb; ++b) {
-        std::fill(isum.begin(), isum.end(), xq.bias128_row(t)[b]);
-        for (int64_t quad = 0; quad < 8; ++quad) {
-          const uint8_t* c = codes + (b * 8 + quad) * pr * 4;
-          const int8_t* xv = xc + b * 32 + quad * 4;
-          for (int64_t j = 0; j < pr; ++j) {
-            for (int i = 0; i < 4; ++i) isum[j] += int32_t{c[j * 4 + i]} * xv[i];
+        if (q4) {
+          std::fill(isum.begin(), isum.end(), xq.bias128_row(t)[b] / 16);
+          for (int64_t quad = 0; quad < 4; ++quad) {
+            const uint8_t* c = codes + (b * 4 + quad) * pr * 4;
+            const int8_t* lo = xc + b * 32 + quad * 4;
+            const int8_t* hi = lo + 16;
+            for (int64_t j = 0; j < pr; ++j) {
+              for (int i = 0; i < 4; ++i) {
+                isum[j] += int32_t{c[j * 4 + i] & 0x0f} * lo[i] + int32_t{c[j * 4 + i] >> 4} * hi[i];
+              }
+            }
+          }
+        } else {
+          std::fill(isum.begin(), isum.end(), xq.bias128_row(t)[b]);
+          for (int64_t quad = 0; quad < 8; ++quad) {
+            const uint8_t* c = codes + (b * 8 + quad) * pr * 4;
+            const int8_t* xv = xc + b * 32 + quad * 4;
+            for (int64_t j = 0; j < pr; ++j) {
+              for (int i = 0; i < 4; ++i) isum[j] += int32_t{c[j * 4 + i]} * xv[i];
+            }
           }
         }
         const float dx = xq.d_row(t)[b];
@@ -88,7 +104,7 @@ void Q8Panels(const PackedWeights& pw, const QuantizedActivations& xq, int64_t n
 
 void PackedRowsGeneric(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
                        int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy) {
-  if (pw.format == PackedWeights::Format::kQ8) {
+  if (pw.format != PackedWeights::Format::kFloat) {  // Q8 or Q4 panels
     Q8Panels(pw, *xq, num_tokens, p0, p1, y, ldy);
   } else {
     FloatPanels(pw, x, num_tokens, p0, p1, y, ldy);

@@ -56,7 +56,7 @@ struct TestWeights {
 // The panels `level`'s packed kernel takes (avx512: 32 float rows / 16 q8 rows; avx2:
 // 16 float rows, q8 through the portable kernel; generic: 32 float rows, 16 q8 rows).
 void Pack(IsaLevel level, TestWeights* t) {
-  const bool q8 = t->w.dtype == DType::kQ8_0;
+  const bool q8 = t->w.dtype == DType::kQ8_0 || t->w.dtype == DType::kQ4_0;
   const int64_t panel_rows = level == IsaLevel::kAvx2 ? 16 : q8 ? 16 : 32;
   const IsaLevel shaped_for = level == IsaLevel::kAvx2 && q8 ? IsaLevel::kGeneric : level;
   t->packed = PackWeights(t->w, panel_rows, static_cast<int>(shaped_for));
@@ -247,7 +247,8 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     Packed, MatMulTest,
     ::testing::Combine(::testing::ValuesIn(SupportedLevels()),
-                       ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0),
+                       ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                         DType::kQ4_0),
                        ::testing::Values(true)),
     [](const ::testing::TestParamInfo<MatMulTest::ParamType>& info) {
       return Name(std::get<0>(info.param), std::get<1>(info.param), true);
@@ -255,7 +256,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The panels carry every weight exactly: unpacking a panel gives the rows back.
 TEST(PackedWeightsTest, PanelsHoldTheRowsExactly) {
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     for (int64_t panel_rows : {16, 32}) {
       const int64_t rows = 37, cols = 64;
       TestWeights tw = MakeWeights(dtype, rows, cols, 5);
@@ -267,7 +268,12 @@ TEST(PackedWeightsTest, PanelsHoldTheRowsExactly) {
           float got = 0, want = 0;
           if (dtype == DType::kQ8_0) {
             const uint8_t code = pw->panel(p)[(((k / 32) * 8 + (k % 32) / 4) * panel_rows + j) * 4 + k % 4];
-            got = F16ToF32(pw->q8_scales(p)[(k / 32) * panel_rows + j]) * (static_cast<int>(code) - 128);
+            got = F16ToF32(pw->q_scales(p)[(k / 32) * panel_rows + j]) * (static_cast<int>(code) - 128);
+          } else if (dtype == DType::kQ4_0) {
+            const int64_t kb = k % 32, byte = kb % 16;  // ggml: byte i holds k = i and i + 16
+            const uint8_t b = pw->panel(p)[(((k / 32) * 4 + byte / 4) * panel_rows + j) * 4 + byte % 4];
+            const int nibble = kb < 16 ? (b & 0x0f) : (b >> 4);
+            got = F16ToF32(pw->q_scales(p)[(k / 32) * panel_rows + j]) * (nibble - 8);
           } else {
             const int64_t half = panel_rows / 2;
             const int64_t slot = dtype == DType::kBF16 ? (j < half ? 2 * j : 2 * (j - half) + 1) : j;

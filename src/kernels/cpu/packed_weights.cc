@@ -59,6 +59,29 @@ void PackQ8Panel(const WeightMatrix& w, int64_t panel_rows, int64_t p, uint8_t* 
   }
 }
 
+void PackQ4Panel(const WeightMatrix& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
+  const int64_t nb = w.cols / 32;
+  uint8_t* codes = dst;
+  uint16_t* scales = reinterpret_cast<uint16_t*>(dst + nb * 16 * panel_rows);
+  for (int64_t j = 0; j < panel_rows; ++j) {
+    const int64_t r = p * panel_rows + j;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint16_t d = 0;
+      uint8_t nib[16];
+      std::memset(nib, 0x88, 16);  // padding rows: nibbles 8 = weight 0, scale 0
+      if (r < w.rows) {
+        const uint8_t* block = w.row(r) + b * 18;
+        std::memcpy(&d, block, 2);
+        std::memcpy(nib, block + 2, 16);
+      }
+      scales[b * panel_rows + j] = d;
+      for (int64_t quad = 0; quad < 4; ++quad) {
+        std::memcpy(codes + ((b * 4 + quad) * panel_rows + j) * 4, nib + quad * 4, 4);
+      }
+    }
+  }
+}
+
 bool PackingEnabled() {
   static const bool enabled = [] {
     const char* env = std::getenv("PAGODA_PACK_WEIGHTS");
@@ -92,6 +115,11 @@ std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t 
       pw->format = PackedWeights::Format::kQ8;
       pw->panel_bytes = RoundUp(w.cols / 32 * panel_rows * (32 + 2), 64);
       break;
+    case DType::kQ4_0:
+      if (w.cols % 32 != 0) ThrowInvalidArgument("PackWeights: q4_0 cols not a multiple of 32");
+      pw->format = PackedWeights::Format::kQ4;
+      pw->panel_bytes = RoundUp(w.cols / 32 * panel_rows * (16 + 2), 64);
+      break;
     default:
       ThrowUnsupported("PackWeights: no packed layout for " + std::string(DTypeName(w.dtype)));
   }
@@ -102,10 +130,10 @@ std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t 
   ParallelFor(pw->num_panels, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       uint8_t* dst = mem + p * pw->panel_bytes;
-      if (pw->format == PackedWeights::Format::kFloat) {
-        PackFloatPanel(w, panel_rows, p, dst);
-      } else {
-        PackQ8Panel(w, panel_rows, p, dst);
+      switch (pw->format) {
+        case PackedWeights::Format::kFloat: PackFloatPanel(w, panel_rows, p, dst); break;
+        case PackedWeights::Format::kQ8: PackQ8Panel(w, panel_rows, p, dst); break;
+        case PackedWeights::Format::kQ4: PackQ4Panel(w, panel_rows, p, dst); break;
       }
     }
   });
@@ -116,7 +144,8 @@ std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w) {
   if (!PackingEnabled() || w.rows <= 0 || w.cols <= 0) return nullptr;
   const IsaLevel level = matmul_internal::DefaultIsaLevel();
   const bool is_float = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
-  if (level == IsaLevel::kAvx512 && (is_float || (w.dtype == DType::kQ8_0 && w.cols % 32 == 0))) {
+  const bool is_int = (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) && w.cols % 32 == 0;
+  if (level == IsaLevel::kAvx512 && (is_float || is_int)) {
     return PackWeights(w, is_float ? 32 : 16, static_cast<int>(level));
   }
   if (level == IsaLevel::kAvx2 && is_float) return PackWeights(w, 16, static_cast<int>(level));

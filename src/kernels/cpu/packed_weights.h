@@ -18,6 +18,11 @@
 //     panel = codes [num_blocks][8 quads][p rows][4 bytes], each code stored as
 //     u8 = q + 128 (vpdpbusd multiplies unsigned by signed), then scales
 //     [num_blocks][p] f16. One 32-bit lane = 4 consecutive k of one row.
+//   kQ4 (Q4_0 weights; nibbles and scales exact):
+//     panel = nibbles [num_blocks][4 quads][p rows][4 bytes], quad u holding the row's
+//     block bytes 4u..4u+3 unchanged (ggml: low nibble = k, high nibble = k + 16), then
+//     scales [num_blocks][p] f16. A lane's low nibbles are k = 4u..4u+3, its high ones
+//     k = 16+4u..16+4u+3; weights are nibble - 8.
 // Panels follow each other; panel i starts at data + i * panel_bytes (64-byte aligned).
 #pragma once
 
@@ -30,9 +35,9 @@
 namespace pagoda {
 
 struct PackedWeights {
-  enum class Format { kFloat, kQ8 };
+  enum class Format { kFloat, kQ8, kQ4 };
   Format format = Format::kFloat;
-  DType dtype = DType::kF32;  // the source dtype (F32/F16/BF16 for kFloat, Q8_0 for kQ8)
+  DType dtype = DType::kF32;  // the source dtype (F32/F16/BF16: kFloat; Q8_0: kQ8; Q4_0: kQ4)
   int isa_level = 0;          // matmul_internal::IsaLevel the panels are shaped for
   int64_t rows = 0, cols = 0;
   int64_t panel_rows = 0;
@@ -43,9 +48,11 @@ struct PackedWeights {
 
   const uint8_t* panel(int64_t i) const { return storage.get() + i * panel_bytes; }
   int64_t num_blocks() const { return cols / 32; }
-  // kQ8: the scales of panel i, [num_blocks][panel_rows] f16.
-  const uint16_t* q8_scales(int64_t i) const {
-    return reinterpret_cast<const uint16_t*>(panel(i) + num_blocks() * 32 * panel_rows);
+  // kQ8 / kQ4: code bytes of one block of one row, and the scales of panel i,
+  // [num_blocks][panel_rows] f16.
+  int64_t block_code_bytes() const { return format == Format::kQ4 ? 16 : 32; }
+  const uint16_t* q_scales(int64_t i) const {
+    return reinterpret_cast<const uint16_t*>(panel(i) + num_blocks() * block_code_bytes() * panel_rows);
   }
   int64_t bytes() const { return num_panels * panel_bytes; }
 };
@@ -56,7 +63,7 @@ struct PackedWeights {
 std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w);
 
 // Packs w into panels of `panel_rows` rows (a multiple of 16). REQUIRES: w.dtype in
-// {F32, F16, BF16, Q8_0}. For tests and benchmarks that choose the shape.
+// {F32, F16, BF16, Q8_0, Q4_0}. For tests and benchmarks that choose the shape.
 std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t panel_rows,
                                                  int isa_level);
 
