@@ -11,6 +11,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
+#include <unistd.h>
 #include <memory>
 #include <vector>
 
@@ -187,7 +190,34 @@ PAGODA_AVX2 double MaddubsLoop() {
 
 }  // namespace
 
+int64_t LastLevelCacheBytes() {
+  int64_t best = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream level(dir + "level"), size(dir + "size");
+    int lv = 0;
+    std::string sz;
+    if (!(level >> lv) || !(size >> sz) || sz.empty()) continue;
+    int64_t v = std::atoll(sz.c_str());
+    const char unit = sz.back();
+    if (unit == 'K') v <<= 10;
+    if (unit == 'M') v <<= 20;
+    if (unit == 'G') v <<= 30;
+    if (lv >= 2) best = std::max(best, v);
+  }
+  if (best == 0) best = std::max<long>(0, sysconf(_SC_LEVEL3_CACHE_SIZE));
+  return best;
+}
+
+int64_t ReadProbeBytes() {
+  int64_t bytes = std::max<int64_t>(int64_t{1} << 30, 4 * LastLevelCacheBytes());
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) bytes = std::min<int64_t>(bytes, int64_t{pages} * page / 4);
+  return std::max<int64_t>(bytes, int64_t{64} << 20);
+}
+
 double MeasureReadBandwidthGBs(int64_t bytes, int repeats) {
+  if (bytes <= 0) bytes = ReadProbeBytes();
   const int64_t n = std::max<int64_t>(bytes / 4 / 64 * 64, 64);
   std::unique_ptr<float, decltype(&std::free)> buf(
       static_cast<float*>(std::aligned_alloc(64, n * 4)), &std::free);

@@ -12,8 +12,14 @@
 namespace pagoda {
 
 // STREAM-style read bandwidth in GB/s (1e9 bytes/s): every thread sums its share of a
-// buffer of `bytes` (far larger than the last-level cache) with vector loads.
-double MeasureReadBandwidthGBs(int64_t bytes = int64_t{256} << 20, int repeats = 5);
+// buffer of `bytes` with vector loads. bytes = 0: ReadProbeBytes(), far larger than the
+// last-level cache, so the figure is memory's, not the cache's.
+double MeasureReadBandwidthGBs(int64_t bytes = 0, int repeats = 5);
+
+// The last-level cache size from sysfs (else sysconf), 0 if unknown.
+int64_t LastLevelCacheBytes();
+// max(1 GiB, 4 x the last-level cache), at most a quarter of physical memory.
+int64_t ReadProbeBytes();
 
 // Peak f32 FMA throughput in GFLOP/s (2 flops per multiply-add), with the widest
 // vectors the CPU has (AVX-512, AVX2+FMA, else scalar).
