@@ -5,13 +5,23 @@
 // m and sum l, the accumulator rescaled when m grows). The score matrix never exists.
 // A group of query heads that share a KV head is served from one read of each K/V row.
 //
+// The inner step (K/V rows converted once per tile for the whole group, scores, exp, P.V) is
+// cpu::AttentionTileKernels (attention_tile.h), run-time dispatched: AVX-512, AVX2 or portable,
+// at the level the MatMul uses (PAGODA_MATMUL_ISA=generic|avx2|avx512 or the best the CPU has).
+//
 // Determinism: the tiles depend only on positions, not on block_size, the batch or the
-// thread split; one thread computes a whole (token, KV head) pair.
+// thread split; one thread computes a whole (token, KV head) pair (one split of it for long
+// contexts). For a given ISA level every output is one fixed sequence of operations over its
+// own query and keys; AVX2 and AVX-512 give the same bits, the portable level may differ from
+// them in the last bits.
 #pragma once
 
 #include "kernels/params/attention_params.h"
 
 namespace pagoda {
+namespace matmul_internal {
+enum class IsaLevel : int;
+}
 
 inline constexpr int64_t kAttentionTile = 64;
 // Long contexts are split into windows of this many positions (a multiple of the tile),
@@ -19,5 +29,7 @@ inline constexpr int64_t kAttentionTile = 64;
 inline constexpr int64_t kAttentionSplit = 512;
 
 void PagedAttention(const PagedAttentionParams& p);
+// The same at one ISA level (tests, benchmarks). REQUIRES: matmul_internal::IsaLevelSupported(level).
+void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParams& p);
 
 }  // namespace pagoda

@@ -1,6 +1,6 @@
 // Flash-decoding splits: a long context computed in kAttentionSplit windows merged by
 // log-sum-exp matches the float64 reference, and the bits do not depend on the batch,
-// the thread count or the block size.
+// the thread count or the block size; at every ISA level this CPU supports.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -8,10 +8,15 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_tile.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/ref/attention_ref.h"
 
 namespace pagoda {
 namespace {
+
+using matmul_internal::IsaLevel;
+using matmul_internal::IsaLevelName;
 
 struct LongContext {
   int64_t len, d = 64, kvh = 2, heads = 8, block_size;
@@ -64,28 +69,34 @@ TEST(AttentionSplitTest, LongContextMatchesReference) {
   for (int64_t len : {511, 512, 513, 1500, 2049}) {
     LongContext c(len, 16, 3);
     std::vector<float> out(3 * c.heads * c.d), ref(out.size());
-    PagedAttention(c.Params(out.data(), 0, 3));
     ref::PagedAttention(c.Params(ref.data(), 0, 3));
-    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << "len " << len << " at " << i;
+    for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+      SCOPED_TRACE(IsaLevelName(level));
+      PagedAttentionAt(level, c.Params(out.data(), 0, 3));
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << "len " << len << " at " << i;
+    }
   }
 }
 
 TEST(AttentionSplitTest, SplitDecodeIsBitIdenticalWhateverTheBatchThreadsAndBlockSize) {
-  std::vector<float> first;
-  for (int64_t bs : {1, 16, 256}) {
-    LongContext c(1300, bs, 4);
-    std::vector<float> batch(4 * c.heads * c.d);
-    SetNumThreads(2);
-    PagedAttention(c.Params(batch.data(), 0, 4));
-    if (first.empty()) first = batch;
-    ASSERT_EQ(batch, first) << "block size " << bs;
-    for (int threads : {1, 3}) {
-      SetNumThreads(threads);
-      for (int64_t t = 0; t < 4; ++t) {
-        std::vector<float> one(c.heads * c.d);
-        PagedAttention(c.Params(one.data(), t, 1));
-        ASSERT_TRUE(std::equal(one.begin(), one.end(), batch.begin() + t * c.heads * c.d))
-            << "token " << t << " threads " << threads;
+  for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+    SCOPED_TRACE(IsaLevelName(level));
+    std::vector<float> first;
+    for (int64_t bs : {1, 16, 256}) {
+      LongContext c(1300, bs, 4);
+      std::vector<float> batch(4 * c.heads * c.d);
+      SetNumThreads(2);
+      PagedAttentionAt(level, c.Params(batch.data(), 0, 4));
+      if (first.empty()) first = batch;
+      ASSERT_EQ(batch, first) << "block size " << bs;
+      for (int threads : {1, 3}) {
+        SetNumThreads(threads);
+        for (int64_t t = 0; t < 4; ++t) {
+          std::vector<float> one(c.heads * c.d);
+          PagedAttentionAt(level, c.Params(one.data(), t, 1));
+          ASSERT_TRUE(std::equal(one.begin(), one.end(), batch.begin() + t * c.heads * c.d))
+              << "token " << t << " threads " << threads;
+        }
       }
     }
   }

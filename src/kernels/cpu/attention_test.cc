@@ -1,6 +1,7 @@
 // The CPU paged attention kernel against the float64 reference over a grid of shapes,
 // block sizes, GQA ratios, lengths, windows and KV dtypes; and its invariance to the
-// batch, the block size and the thread count.
+// batch, the block size and the thread count. Every test runs at every ISA level this CPU
+// supports (cpu::SupportedAttentionIsas()).
 #include "kernels/cpu/attention.h"
 
 #include <gtest/gtest.h>
@@ -10,11 +11,16 @@
 #include <random>
 
 #include "core/parallel.h"
+#include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/ref/attention_ref.h"
 
 namespace pagoda {
 namespace {
+
+using matmul_internal::IsaLevel;
+using matmul_internal::IsaLevelName;
 
 struct Case {
   int64_t head_dim, block_size, num_kv_heads, group, len, window;
@@ -114,13 +120,17 @@ class AttentionGridTest : public ::testing::TestWithParam<Case> {};
 TEST_P(AttentionGridTest, MatchesFloat64Reference) {
   const Case c = GetParam();
   Fixture f(c, std::min<int64_t>(c.len, 5), 42 + c.len);
-  PagedAttention(f.p);
   PagedAttentionParams r = f.p;
   r.out = f.ref_out.data();
   ref::PagedAttention(r);
-  // f32 accumulation over up to 513 keys of unit-variance values: a few ulps of the
-  // output magnitude (outputs are convex combinations of V rows, |V| <= 30).
-  for (size_t i = 0; i < f.out.size(); ++i) ASSERT_NEAR(f.out[i], f.ref_out[i], 2e-5 * 30) << i;
+  for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+    SCOPED_TRACE(IsaLevelName(level));
+    std::fill(f.out.begin(), f.out.end(), NAN);
+    PagedAttentionAt(level, f.p);
+    // f32 accumulation over up to 513 keys of unit-variance values: a few ulps of the
+    // output magnitude (outputs are convex combinations of V rows, |V| <= 30).
+    for (size_t i = 0; i < f.out.size(); ++i) ASSERT_NEAR(f.out[i], f.ref_out[i], 2e-5 * 30) << i;
+  }
 }
 
 std::vector<Case> Grid() {
@@ -167,21 +177,24 @@ class AttentionInvarianceTest : public ::testing::TestWithParam<Case> {};
 TEST_P(AttentionInvarianceTest, BitIdenticalWhateverTheBatchAndThreads) {
   const Case c = GetParam();
   Fixture all(c, 8, 7);
-  SetNumThreads(2);
-  PagedAttention(all.p);
-  for (int threads : {1, 3}) {
-    SetNumThreads(threads);
-    for (int64_t t = 0; t < 8; ++t) {
-      PagedAttentionParams one = all.p;
-      std::vector<float> out(all.p.num_heads * c.head_dim);
-      one.num_tokens = 1;
-      one.q = all.q.data() + t * all.p.num_heads * c.head_dim;
-      one.positions = all.positions.data() + t;
-      one.block_tables = all.tables.data() + t;
-      one.out = out.data();
-      PagedAttention(one);
-      for (size_t i = 0; i < out.size(); ++i) {
-        ASSERT_EQ(out[i], all.out[t * all.p.num_heads * c.head_dim + i]) << "token " << t;
+  for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+    SCOPED_TRACE(IsaLevelName(level));
+    SetNumThreads(2);
+    PagedAttentionAt(level, all.p);
+    for (int threads : {1, 3}) {
+      SetNumThreads(threads);
+      for (int64_t t = 0; t < 8; ++t) {
+        PagedAttentionParams one = all.p;
+        std::vector<float> out(all.p.num_heads * c.head_dim);
+        one.num_tokens = 1;
+        one.q = all.q.data() + t * all.p.num_heads * c.head_dim;
+        one.positions = all.positions.data() + t;
+        one.block_tables = all.tables.data() + t;
+        one.out = out.data();
+        PagedAttentionAt(level, one);
+        for (size_t i = 0; i < out.size(); ++i) {
+          ASSERT_EQ(out[i], all.out[t * all.p.num_heads * c.head_dim + i]) << "token " << t;
+        }
       }
     }
   }
@@ -201,27 +214,30 @@ TEST(AttentionTest, BitIdenticalWhateverTheBlockSize) {
   std::normal_distribution<float> normal;
   std::vector<float> keys(len * kvh * d), values(len * kvh * d), q(heads * d);
   for (auto* v : {&keys, &values, &q}) for (float& x : *v) x = normal(rng);
-  std::vector<float> first;
-  for (int64_t bs : {1, 16, 256}) {
-    const int64_t nb = (len + bs - 1) / bs;
-    std::vector<int32_t> table(nb);
-    std::iota(table.rbegin(), table.rend(), 0);
-    std::vector<float> k(nb * bs * kvh * d), v(k.size());
-    for (int64_t p = 0; p < len; ++p) {
-      const int64_t slot = int64_t{table[p / bs]} * bs + p % bs;
-      std::copy_n(&keys[p * d], d, &k[slot * d]);
-      std::copy_n(&values[p * d], d, &v[slot * d]);
+  for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+    SCOPED_TRACE(IsaLevelName(level));
+    std::vector<float> first;
+    for (int64_t bs : {1, 16, 256}) {
+      const int64_t nb = (len + bs - 1) / bs;
+      std::vector<int32_t> table(nb);
+      std::iota(table.rbegin(), table.rend(), 0);
+      std::vector<float> k(nb * bs * kvh * d), v(k.size());
+      for (int64_t p = 0; p < len; ++p) {
+        const int64_t slot = int64_t{table[p / bs]} * bs + p % bs;
+        std::copy_n(&keys[p * d], d, &k[slot * d]);
+        std::copy_n(&values[p * d], d, &v[slot * d]);
+      }
+      std::vector<float> out(heads * d);
+      const int32_t pos = len - 1;
+      const int32_t* tp = table.data();
+      PagedAttentionParams prm;
+      prm.q = q.data(); prm.out = out.data(); prm.num_tokens = 1; prm.num_heads = heads;
+      prm.num_kv_heads = kvh; prm.head_dim = d; prm.k_cache = k.data(); prm.v_cache = v.data();
+      prm.block_size = bs; prm.positions = &pos; prm.block_tables = &tp; prm.scale = 0.125f;
+      PagedAttentionAt(level, prm);
+      if (first.empty()) first = out;
+      ASSERT_EQ(out, first) << "block size " << bs;
     }
-    std::vector<float> out(heads * d);
-    const int32_t pos = len - 1;
-    const int32_t* tp = table.data();
-    PagedAttentionParams prm;
-    prm.q = q.data(); prm.out = out.data(); prm.num_tokens = 1; prm.num_heads = heads;
-    prm.num_kv_heads = kvh; prm.head_dim = d; prm.k_cache = k.data(); prm.v_cache = v.data();
-    prm.block_size = bs; prm.positions = &pos; prm.block_tables = &tp; prm.scale = 0.125f;
-    PagedAttention(prm);
-    if (first.empty()) first = out;
-    ASSERT_EQ(out, first) << "block size " << bs;
   }
 }
 

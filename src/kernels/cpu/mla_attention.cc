@@ -8,63 +8,73 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/kv_quant.h"
-#include "kernels/cpu/online_softmax.h"
-#include "kernels/cpu/vec.h"
 
 namespace pagoda {
 namespace {
 
-// Row `slot` (= block * block_size + offset) of one cache array, d values, into out f32:
-// wide arrays by element, quantized ones through the shared row dequantizer (one row at a
+// Row `slot` (= block * block_size + offset) of one cache array, d values: wide arrays in
+// place, quantized ones dequantized into buf through the shared row dequantizer (one row at a
 // time: the cache is never dequantized as a whole).
-inline void LoadCacheRow(const void* cache, const KVArrayFormat& f, DType wide, int64_t slot,
-                         int64_t d, float* out) {
+inline cpu::TileRow CacheRow(const void* cache, const KVArrayFormat& f, DType wide, int64_t slot,
+                             int64_t d, float* buf) {
   if (f.quant == KVQuant::kNone) {
-    cpu::LoadWideRow(cache, wide, slot * d, d, out);
-    return;
+    return {static_cast<const uint8_t*>(cache) + slot * d * DTypeBlockBytes(wide), wide};
   }
   const int64_t block = slot / f.block_size, offset = slot % f.block_size;
-  DequantizeKVRow(f, static_cast<const uint8_t*>(cache) + block * KVBlockBytes(f), offset, 0, out);
+  DequantizeKVRow(f, static_cast<const uint8_t*>(cache) + block * KVBlockBytes(f), offset, 0, buf);
+  return {buf, DType::kF32};
 }
 
 struct Scratch {
-  std::vector<float> c, pe, s, acc, m, l;
+  std::vector<float> c, pe, acc, m, l;  // dequantized rows of a tile; per head m, l, acc
+  cpu::TileRow c_rows[cpu::kTileKeys], pe_rows[cpu::kTileKeys];
+  cpu::TileScratch tile;
 };
 
-// Heads [h0, h1) of token t.
-void AttendHeads(const MlaAttentionParams& p, int64_t t, int64_t h0, int64_t h1, Scratch& w) {
+static_assert(kMlaAttentionTile <= cpu::kTileKeys);
+
+// Heads [h0, h1) of token t: one tile step for all of them (they share every row).
+void AttendHeads(const MlaAttentionParams& p, const cpu::AttentionTileKernels& kernels, int64_t t,
+                 int64_t h0, int64_t h1, Scratch& w) {
   const int64_t r = p.kv_lora_rank, dr = p.rope_dim, heads = h1 - h0;
   const int64_t pos = p.positions[t];
   const int32_t* table = p.block_tables[t];
-  w.c.resize(kMlaAttentionTile * r);
+  w.c.resize(kMlaAttentionTile * r);  // used by quantized rows only
   w.pe.resize(kMlaAttentionTile * dr);
-  w.s.resize(kMlaAttentionTile);
-  w.acc.assign(heads * r, 0.0f);
+  const int64_t stride = cpu::TileAccStride(r);
+  w.acc.assign(heads * stride, 0.0f);
   w.m.assign(heads, -INFINITY);
   w.l.assign(heads, 0.0f);
+  cpu::AttentionTileArgs a;
+  a.heads = heads;
+  a.q = p.q + (t * p.num_heads + h0) * p.q_stride();
+  a.q_stride = p.q_stride();
+  a.dk0 = r;
+  a.dk1 = dr;
+  a.dv = r;
+  a.scale = p.scale;
+  a.k0 = w.c_rows;
+  a.k1 = w.pe_rows;
+  a.v = w.c_rows;  // the latent is both the key (with k_pe) and the value
+  const cpu::AttentionTileState st{w.m.data(), w.l.data(), w.acc.data(), stride};
+  float* scratch = w.tile.Get(cpu::TileScratchFloats(heads, r + dr));
 
-  for (int64_t a = 0; a <= pos; a += kMlaAttentionTile) {
-    const int64_t n = std::min(a + kMlaAttentionTile, pos + 1) - a;
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t key = a + j;
+  for (int64_t first = 0; first <= pos; first += kMlaAttentionTile) {
+    a.n = std::min(first + kMlaAttentionTile, pos + 1) - first;
+    for (int64_t j = 0; j < a.n; ++j) {
+      const int64_t key = first + j;
       const int64_t slot = int64_t{table[key / p.block_size]} * p.block_size + key % p.block_size;
-      LoadCacheRow(p.latent_cache, p.latent_format, p.kv_dtype, slot, r, &w.c[j * r]);
-      LoadCacheRow(p.rope_cache, p.rope_format, p.kv_dtype, slot, dr, &w.pe[j * dr]);
+      w.c_rows[j] = CacheRow(p.latent_cache, p.latent_format, p.kv_dtype, slot, r, w.c.data() + j * r);
+      w.pe_rows[j] = CacheRow(p.rope_cache, p.rope_format, p.kv_dtype, slot, dr, w.pe.data() + j * dr);
     }
-    for (int64_t g = 0; g < heads; ++g) {
-      const float* q = p.q + (t * p.num_heads + h0 + g) * p.q_stride();
-      float* s = w.s.data();
-      for (int64_t j = 0; j < n; ++j) {
-        s[j] = (cpu::Dot(q, &w.c[j * r], r) + cpu::Dot(q + r, &w.pe[j * dr], dr)) * p.scale;
-      }
-      cpu::OnlineSoftmaxTile(s, n, w.c.data(), r, &w.m[g], &w.l[g], &w.acc[g * r]);
-    }
+    kernels.step(a, st, scratch);
   }
   for (int64_t g = 0; g < heads; ++g) {
     float* o = p.out + (t * p.num_heads + h0 + g) * r;
     const float inv = 1.0f / w.l[g];
-    for (int64_t i = 0; i < r; ++i) o[i] = w.acc[g * r + i] * inv;
+    for (int64_t i = 0; i < r; ++i) o[i] = w.acc[g * stride + i] * inv;
   }
 }
 
@@ -82,14 +92,17 @@ void CheckMlaFormats(const MlaAttentionParams& p) {
   }
 }
 
-void MlaAttention(const MlaAttentionParams& p) {
+void MlaAttention(const MlaAttentionParams& p) { MlaAttentionAt(cpu::DefaultAttentionIsa(), p); }
+
+void MlaAttentionAt(matmul_internal::IsaLevel level, const MlaAttentionParams& p) {
   CheckMlaFormats(p);
+  const cpu::AttentionTileKernels kernels = cpu::AttentionTileAt(level);
   const int64_t chunks = (p.num_heads + kMlaHeadsPerItem - 1) / kMlaHeadsPerItem;
   ParallelFor(p.num_tokens * chunks, 1, [&](int64_t begin, int64_t end) {
     Scratch w;
     for (int64_t i = begin; i < end; ++i) {
       const int64_t h0 = (i % chunks) * kMlaHeadsPerItem;
-      AttendHeads(p, i / chunks, h0, std::min(h0 + kMlaHeadsPerItem, p.num_heads), w);
+      AttendHeads(p, kernels, i / chunks, h0, std::min(h0 + kMlaHeadsPerItem, p.num_heads), w);
     }
   });
 }

@@ -2,7 +2,7 @@
 // RoPE widths, head counts, block sizes 1/16/256, odd lengths and KV dtypes; and its
 // invariance to the batch, the block size and the thread count; quantized latents (and k_pe
 // wide or quantized) in every per-token KV format against the reference, and the same
-// invariances for them.
+// invariances for them. Every test runs at every ISA level this CPU supports.
 #include "kernels/cpu/mla_attention.h"
 
 #include <gtest/gtest.h>
@@ -15,11 +15,16 @@
 #include <tuple>
 
 #include "core/parallel.h"
+#include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/kv_quant.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/ref/mla_attention_ref.h"
 
 namespace pagoda {
 namespace {
+
+using matmul_internal::IsaLevel;
+using matmul_internal::IsaLevelName;
 
 struct Case {
   int64_t kv_lora_rank, rope_dim, num_heads, block_size, len;
@@ -79,16 +84,20 @@ class MlaAttentionGridTest : public ::testing::TestWithParam<Case> {};
 TEST_P(MlaAttentionGridTest, MatchesFloat64Reference) {
   const Case c = GetParam();
   Fixture f(c, std::min<int64_t>(c.len, 5), 42 + c.len);
-  MlaAttention(f.p);
   MlaAttentionParams r = f.p;
   r.out = f.ref_out.data();
   ref::MlaAttention(r);
-  // f32 accumulation over up to 513 keys of unit-variance values (one outlier of 30): a few
-  // ulps of the output magnitude; outputs are convex combinations of c_kv rows.
   double worst = 0;
-  for (size_t i = 0; i < f.out.size(); ++i) {
-    worst = std::max(worst, std::fabs(double{f.out[i]} - f.ref_out[i]));
-    ASSERT_NEAR(f.out[i], f.ref_out[i], 2e-5 * 30) << i;
+  for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+    SCOPED_TRACE(IsaLevelName(level));
+    std::fill(f.out.begin(), f.out.end(), NAN);
+    MlaAttentionAt(level, f.p);
+    // f32 accumulation over up to 513 keys of unit-variance values (one outlier of 30): a few
+    // ulps of the output magnitude; outputs are convex combinations of c_kv rows.
+    for (size_t i = 0; i < f.out.size(); ++i) {
+      worst = std::max(worst, std::fabs(double{f.out[i]} - f.ref_out[i]));
+      ASSERT_NEAR(f.out[i], f.ref_out[i], 2e-5 * 30) << i;
+    }
   }
   RecordProperty("max_abs_error", std::to_string(worst));
 }
@@ -126,20 +135,23 @@ TEST(MlaAttentionTest, BitIdenticalWhateverTheBatchAndThreads) {
   Fixture all(c, 8, 7);
   const int64_t row = c.num_heads * c.kv_lora_rank,
                 qrow = c.num_heads * (c.kv_lora_rank + c.rope_dim);
-  SetNumThreads(2);
-  MlaAttention(all.p);
-  for (int threads : {1, 3}) {
-    SetNumThreads(threads);
-    for (int64_t t = 0; t < 8; ++t) {
-      MlaAttentionParams one = all.p;
-      std::vector<float> out(row);
-      one.num_tokens = 1;
-      one.q = all.q.data() + t * qrow;
-      one.positions = all.positions.data() + t;
-      one.block_tables = all.tables.data() + t;
-      one.out = out.data();
-      MlaAttention(one);
-      for (int64_t i = 0; i < row; ++i) ASSERT_EQ(out[i], all.out[t * row + i]) << "token " << t;
+  for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+    SCOPED_TRACE(IsaLevelName(level));
+    SetNumThreads(2);
+    MlaAttentionAt(level, all.p);
+    for (int threads : {1, 3}) {
+      SetNumThreads(threads);
+      for (int64_t t = 0; t < 8; ++t) {
+        MlaAttentionParams one = all.p;
+        std::vector<float> out(row);
+        one.num_tokens = 1;
+        one.q = all.q.data() + t * qrow;
+        one.positions = all.positions.data() + t;
+        one.block_tables = all.tables.data() + t;
+        one.out = out.data();
+        MlaAttentionAt(level, one);
+        for (int64_t i = 0; i < row; ++i) ASSERT_EQ(out[i], all.out[t * row + i]) << "token " << t;
+      }
     }
   }
   SetNumThreads(2);
@@ -255,14 +267,18 @@ class MlaQuantizedGridTest : public ::testing::TestWithParam<QuantCase> {};
 TEST_P(MlaQuantizedGridTest, MatchesFloat64Reference) {
   const QuantCase c = GetParam();
   QuantFixture f(c, std::min<int64_t>(c.len, 5), 11 + c.len);
-  MlaAttention(f.p);
   MlaAttentionParams r = f.p;
   r.out = f.ref_out.data();
   ref::MlaAttention(r);
   double worst = 0;
-  for (size_t i = 0; i < f.out.size(); ++i) {
-    worst = std::max(worst, std::fabs(double{f.out[i]} - f.ref_out[i]));
-    ASSERT_NEAR(f.out[i], f.ref_out[i], 2e-5 * 30) << i;
+  for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+    SCOPED_TRACE(IsaLevelName(level));
+    std::fill(f.out.begin(), f.out.end(), NAN);
+    MlaAttentionAt(level, f.p);
+    for (size_t i = 0; i < f.out.size(); ++i) {
+      worst = std::max(worst, std::fabs(double{f.out[i]} - f.ref_out[i]));
+      ASSERT_NEAR(f.out[i], f.ref_out[i], 2e-5 * 30) << i;
+    }
   }
   RecordProperty("max_abs_error", std::to_string(worst));
 }
@@ -324,25 +340,28 @@ TEST(MlaAttentionTest, QuantizedBitIdenticalWhateverTheBlockSizeBatchAndThreads)
   std::vector<float> c_kv(len * r), k_pe(len * dr), q(nq * heads * (r + dr));
   for (auto* v : {&c_kv, &k_pe, &q})
     for (float& x : *v) x = normal(rng);
-  for (KVQuant quant : {KVQuant::kFp8E4M3, KVQuant::kInt4}) {
-    std::vector<float> first;
-    for (int64_t bs : {1, 16, 256}) {
-      QuantFixture f({quant, KVQuant::kNone, r, dr, heads, bs, len}, nq, 9, &c_kv, &k_pe, &q);
-      SetNumThreads(bs == 16 ? 3 : 2);
-      MlaAttention(f.p);
-      if (first.empty()) first = f.out;
-      ASSERT_EQ(f.out, first) << QuantName(quant) << " block size " << bs;
-      const int64_t row = heads * r, qrow = heads * (r + dr);
-      for (int64_t t = 0; t < nq; ++t) {
-        MlaAttentionParams one = f.p;
-        std::vector<float> out(row);
-        one.num_tokens = 1;
-        one.q = f.q.data() + t * qrow;
-        one.positions = f.positions.data() + t;
-        one.block_tables = f.tables.data() + t;
-        one.out = out.data();
-        MlaAttention(one);
-        for (int64_t i = 0; i < row; ++i) ASSERT_EQ(out[i], first[t * row + i]) << "token " << t;
+  for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+    SCOPED_TRACE(IsaLevelName(level));
+    for (KVQuant quant : {KVQuant::kFp8E4M3, KVQuant::kInt4}) {
+      std::vector<float> first;
+      for (int64_t bs : {1, 16, 256}) {
+        QuantFixture f({quant, KVQuant::kNone, r, dr, heads, bs, len}, nq, 9, &c_kv, &k_pe, &q);
+        SetNumThreads(bs == 16 ? 3 : 2);
+        MlaAttentionAt(level, f.p);
+        if (first.empty()) first = f.out;
+        ASSERT_EQ(f.out, first) << QuantName(quant) << " block size " << bs;
+        const int64_t row = heads * r, qrow = heads * (r + dr);
+        for (int64_t t = 0; t < nq; ++t) {
+          MlaAttentionParams one = f.p;
+          std::vector<float> out(row);
+          one.num_tokens = 1;
+          one.q = f.q.data() + t * qrow;
+          one.positions = f.positions.data() + t;
+          one.block_tables = f.tables.data() + t;
+          one.out = out.data();
+          MlaAttentionAt(level, one);
+          for (int64_t i = 0; i < row; ++i) ASSERT_EQ(out[i], first[t * row + i]) << "token " << t;
+        }
       }
     }
   }
@@ -356,36 +375,39 @@ TEST(MlaAttentionTest, BitIdenticalWhateverTheBlockSize) {
   std::vector<float> c_kv(len * r), k_pe(len * dr), q(heads * (r + dr));
   for (auto* v : {&c_kv, &k_pe, &q})
     for (float& x : *v) x = normal(rng);
-  std::vector<float> first;
-  for (int64_t bs : {1, 16, 256}) {
-    const int64_t nb = (len + bs - 1) / bs;
-    std::vector<int32_t> table(nb);
-    std::iota(table.rbegin(), table.rend(), 0);
-    std::vector<float> lat(nb * bs * r), pe(nb * bs * dr);
-    for (int64_t p = 0; p < len; ++p) {
-      const int64_t slot = int64_t{table[p / bs]} * bs + p % bs;
-      std::copy_n(&c_kv[p * r], r, &lat[slot * r]);
-      std::copy_n(&k_pe[p * dr], dr, &pe[slot * dr]);
+  for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+    SCOPED_TRACE(IsaLevelName(level));
+    std::vector<float> first;
+    for (int64_t bs : {1, 16, 256}) {
+      const int64_t nb = (len + bs - 1) / bs;
+      std::vector<int32_t> table(nb);
+      std::iota(table.rbegin(), table.rend(), 0);
+      std::vector<float> lat(nb * bs * r), pe(nb * bs * dr);
+      for (int64_t p = 0; p < len; ++p) {
+        const int64_t slot = int64_t{table[p / bs]} * bs + p % bs;
+        std::copy_n(&c_kv[p * r], r, &lat[slot * r]);
+        std::copy_n(&k_pe[p * dr], dr, &pe[slot * dr]);
+      }
+      std::vector<float> out(heads * r);
+      const int32_t pos = len - 1;
+      const int32_t* tp = table.data();
+      MlaAttentionParams prm;
+      prm.q = q.data();
+      prm.out = out.data();
+      prm.num_tokens = 1;
+      prm.num_heads = heads;
+      prm.kv_lora_rank = r;
+      prm.rope_dim = dr;
+      prm.latent_cache = lat.data();
+      prm.rope_cache = pe.data();
+      prm.block_size = bs;
+      prm.positions = &pos;
+      prm.block_tables = &tp;
+      prm.scale = 0.125f;
+      MlaAttentionAt(level, prm);
+      if (first.empty()) first = out;
+      ASSERT_EQ(out, first) << "block size " << bs;
     }
-    std::vector<float> out(heads * r);
-    const int32_t pos = len - 1;
-    const int32_t* tp = table.data();
-    MlaAttentionParams prm;
-    prm.q = q.data();
-    prm.out = out.data();
-    prm.num_tokens = 1;
-    prm.num_heads = heads;
-    prm.kv_lora_rank = r;
-    prm.rope_dim = dr;
-    prm.latent_cache = lat.data();
-    prm.rope_cache = pe.data();
-    prm.block_size = bs;
-    prm.positions = &pos;
-    prm.block_tables = &tp;
-    prm.scale = 0.125f;
-    MlaAttention(prm);
-    if (first.empty()) first = out;
-    ASSERT_EQ(out, first) << "block size " << bs;
   }
 }
 
