@@ -183,6 +183,84 @@ const FloatGemmFn<kW>* FloatGemmTable(TileShape shape) {
   return kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
 }
 
+// Packs the activations of k-slice [k0, k1) for every token tile: tile i at
+// xp + i * kFloatKc * tokens_per_tile, [k - k0][tt] within it.
+PAGODA_AVX512 void PackActivationSlice(const float* x, int64_t n, int64_t num_tokens, int64_t k0,
+                                       int64_t k1, int64_t tokens_per_tile, float* xp) {
+  for (int64_t t = 0, i = 0; t < num_tokens; t += tokens_per_tile, ++i) {
+    const int64_t tt = Min(tokens_per_tile, num_tokens - t);
+    float* dst = xp + i * kFloatKc * tokens_per_tile;
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t j = 0; j < tt; ++j) dst[(k - k0) * tt + j] = x[(t + j) * n + k];
+  }
+}
+
+// BF16/F16 GEMM: each row block's k-slice is widened to f32 once (exactly, rows in natural
+// order) and then run through the F32 tiles, so the conversion is paid once per slice instead
+// of once per token tile. The FMAs are the same as FloatGemmTile<kW>'s: same bits.
+// PAGODA_GEMM_WIDEN=0 runs the converting tiles instead.
+bool WidenSlices() {
+  static const bool on = [] {
+    const char* v = std::getenv("PAGODA_GEMM_WIDEN");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
+
+template <DType kW>
+PAGODA_AVX512 void WidenSlice(const uint8_t* panel, int64_t k0, int64_t k1, float* dst) {
+  constexpr int64_t kStep = 32 * kElem<kW>;
+  const uint8_t* wp = panel + k0 * kStep;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t k = k0; k < k1; ++k, wp += kStep, dst += 32) {
+    if constexpr (kW == DType::kF16) {
+      _mm512_store_ps(dst, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp))));
+      _mm512_store_ps(dst + 16, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32))));
+    } else {
+      const __m512i v = _mm512_load_si512(wp);
+      _mm512_store_ps(dst, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+      _mm512_store_ps(dst + 16, _mm512_castsi512_ps(_mm512_and_si512(v, high)));
+    }
+  }
+}
+
+template <DType kW>
+PAGODA_AVX512 void FloatPanelsWidened(const PackedWeights& pw, const float* x, int64_t num_tokens,
+                                      int64_t p0, int64_t p1, float* y, int64_t ldy) {
+  const int64_t n = pw.cols;
+  const TileShape shape = FloatShape();
+  const FloatGemmFn<DType::kF32>* tiles = FloatGemmTable<DType::kF32>(shape);
+  const FloatGemmFn<DType::kF32>* single = kFloatGemm<DType::kF32, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
+  const int64_t block = std::max<int64_t>(2, 2 * kL2WeightBudget / (32 * kFloatKc * 4));
+  const int64_t tokens_per_tile = shape.tokens;
+  const int64_t num_tiles = (num_tokens + tokens_per_tile - 1) / tokens_per_tile;
+  AlignedFloats xp(num_tiles * kFloatKc * tokens_per_tile);
+  constexpr int64_t kSliceBytes = kFloatKc * 32 * 4;
+  AlignedFloats wide(Min(block, p1 - p0) * kFloatKc * 32);
+  for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
+    const int64_t k1 = Min(k0 + kFloatKc, n);
+    PackActivationSlice(x, n, num_tokens, k0, k1, tokens_per_tile, xp.data());
+    for (int64_t rb = p0; rb < p1; rb += block) {
+      const int64_t re = Min(rb + block, p1);
+      for (int64_t p = rb; p < re; ++p) WidenSlice<kW>(pw.panel(p), k0, k1, wide.data() + (p - rb) * kFloatKc * 32);
+      const uint8_t* base = reinterpret_cast<const uint8_t*>(wide.data());
+      for (int64_t i = 0; i < num_tiles; ++i) {
+        const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
+        const float* xt = xp.data() + i * kFloatKc * tokens_per_tile;
+        int64_t p = rb;
+        for (; p + shape.panels <= re; p += shape.panels) {
+          tiles[tt - 1](base + (p - rb) * kSliceBytes, kSliceBytes, xt, 0, k1 - k0, k0 == 0,
+                        y + t * ldy + (p - p0) * 32, ldy);
+        }
+        for (; p < re; ++p) {
+          single[tt - 1](base + (p - rb) * kSliceBytes, kSliceBytes, xt, 0, k1 - k0, k0 == 0,
+                         y + t * ldy + (p - p0) * 32, ldy);
+        }
+      }
+    }
+  }
+}
+
 template <DType kW>
 PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t num_tokens,
                                int64_t p0, int64_t p1, float* y, int64_t ldy) {
@@ -197,6 +275,12 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
     }
     return;
   }
+  if constexpr (kW != DType::kF32) {
+    if (WidenSlices()) {
+      FloatPanelsWidened<kW>(pw, x, num_tokens, p0, p1, y, ldy);
+      return;
+    }
+  }
   const TileShape shape = FloatShape();
   const FloatGemmFn<kW>* tiles = FloatGemmTable<kW>(shape);
   const FloatGemmFn<kW>* single = kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
@@ -207,12 +291,7 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
   AlignedFloats xp(num_tiles * kFloatKc * tokens_per_tile);
   for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
     const int64_t k1 = Min(k0 + kFloatKc, n);
-    for (int64_t i = 0; i < num_tiles; ++i) {
-      const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
-      float* dst = xp.data() + i * kFloatKc * tokens_per_tile;
-      for (int64_t k = k0; k < k1; ++k)
-        for (int64_t j = 0; j < tt; ++j) dst[(k - k0) * tt + j] = x[(t + j) * n + k];
-    }
+    PackActivationSlice(x, n, num_tokens, k0, k1, tokens_per_tile, xp.data());
     for (int64_t rb = p0; rb < p1; rb += block) {
       const int64_t re = Min(rb + block, p1);
       for (int64_t i = 0; i < num_tiles; ++i) {

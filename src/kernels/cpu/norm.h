@@ -9,7 +9,12 @@ namespace pagoda {
 // squares is accumulated in double, in index order. y may alias x.
 void RmsNorm(const float* x, const float* weight, int64_t num_rows, int64_t n, double eps, float* y);
 
-// out[i] = silu(gate[i]) * up[i]; out may alias gate.
+// out[i] = silu(gate[i]) * up[i]; out may alias gate. exp is the vectorized one of the
+// attention step (attention_tile.h; < 1 ulp), at the MatMul's ISA level.
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+
+// Rows of a fused gate|up projection: out[r, i] = silu(gu[r, i]) * gu[r, n + i] for
+// gu: [rows, 2n], out: [rows, n].
+void SiluMulRows(const float* gu, int64_t rows, int64_t n, float* out);
 
 }  // namespace pagoda

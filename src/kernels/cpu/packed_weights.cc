@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -16,7 +17,22 @@ namespace {
 
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-void PackFloatPanel(const WeightMatrix& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
+// The rows of one matrix, or of several stacked (same dtype and cols).
+struct RowSource {
+  DType dtype = DType::kF32;
+  int64_t rows = 0, cols = 0;
+  std::vector<WeightMatrix> parts;
+
+  const uint8_t* row(int64_t r) const {
+    for (const WeightMatrix& p : parts) {
+      if (r < p.rows) return p.row(r);
+      r -= p.rows;
+    }
+    return nullptr;
+  }
+};
+
+void PackFloatPanel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
   const int64_t es = w.dtype == DType::kF32 ? 4 : 2;
   const int64_t half = panel_rows / 2;
   for (int64_t j = 0; j < panel_rows; ++j) {
@@ -34,7 +50,7 @@ void PackFloatPanel(const WeightMatrix& w, int64_t panel_rows, int64_t p, uint8_
   }
 }
 
-void PackQ8Panel(const WeightMatrix& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
+void PackQ8Panel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
   const int64_t nb = w.cols / 32;
   uint8_t* codes = dst;
   uint16_t* scales = reinterpret_cast<uint16_t*>(dst + nb * 32 * panel_rows);
@@ -59,7 +75,7 @@ void PackQ8Panel(const WeightMatrix& w, int64_t panel_rows, int64_t p, uint8_t* 
   }
 }
 
-void PackQ4Panel(const WeightMatrix& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
+void PackQ4Panel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
   const int64_t nb = w.cols / 32;
   uint8_t* codes = dst;
   uint16_t* scales = reinterpret_cast<uint16_t*>(dst + nb * 16 * panel_rows);
@@ -94,7 +110,21 @@ bool PackingEnabled() {
 
 std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t panel_rows,
                                                  int isa_level) {
+  return PackStackedWeights({w}, panel_rows, isa_level);
+}
+
+std::shared_ptr<const PackedWeights> PackStackedWeights(const std::vector<WeightMatrix>& parts,
+                                                        int64_t panel_rows, int isa_level) {
   PAGODA_CHECK(panel_rows > 0 && panel_rows % 16 == 0) << "panel_rows " << panel_rows;
+  PAGODA_CHECK(!parts.empty()) << "PackStackedWeights: no matrices";
+  RowSource w;
+  w.dtype = parts[0].dtype;
+  w.cols = parts[0].cols;
+  w.parts = parts;
+  for (const WeightMatrix& p : parts) {
+    PAGODA_CHECK(p.dtype == w.dtype && p.cols == w.cols) << "PackStackedWeights: mixed shapes";
+    w.rows += p.rows;
+  }
   auto pw = std::make_shared<PackedWeights>();
   pw->dtype = w.dtype;
   pw->isa_level = isa_level;
@@ -102,7 +132,7 @@ std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t 
   pw->cols = w.cols;
   pw->panel_rows = panel_rows;
   pw->num_panels = RoundUp(w.rows, panel_rows) / panel_rows;
-  pw->source = w.data;
+  pw->source = parts.size() == 1 ? parts[0].data : nullptr;  // stacked: the panels, below
   switch (w.dtype) {
     case DType::kF32:
     case DType::kF16:
@@ -127,6 +157,7 @@ std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t 
   uint8_t* mem = static_cast<uint8_t*>(std::aligned_alloc(64, total > 0 ? total : 64));
   if (mem == nullptr) ThrowError(ErrorCode::kResourceExhausted, "PackWeights: cannot allocate " + std::to_string(total) + " bytes");
   pw->storage.reset(mem, [](uint8_t* m) { std::free(m); });
+  if (pw->source == nullptr) pw->source = mem;
   ParallelFor(pw->num_panels, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       uint8_t* dst = mem + p * pw->panel_bytes;
@@ -141,15 +172,36 @@ std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t 
 }
 
 std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w) {
-  if (!PackingEnabled() || w.rows <= 0 || w.cols <= 0) return nullptr;
+  return PackStackedForCpu({w});
+}
+
+std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightMatrix>& parts) {
+  if (!PackingEnabled() || parts.empty()) return nullptr;
+  WeightMatrix w = parts[0];
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i].dtype != w.dtype || parts[i].cols != w.cols) return nullptr;
+    w.rows += parts[i].rows;
+  }
+  if (w.rows <= 0 || w.cols <= 0) return nullptr;
   const IsaLevel level = matmul_internal::DefaultIsaLevel();
   const bool is_float = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
   const bool is_int = (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) && w.cols % 32 == 0;
   if (level == IsaLevel::kAvx512 && (is_float || is_int)) {
-    return PackWeights(w, is_float ? 32 : 16, static_cast<int>(level));
+    return PackStackedWeights(parts, is_float ? 32 : 16, static_cast<int>(level));
   }
-  if (level == IsaLevel::kAvx2 && is_float) return PackWeights(w, 16, static_cast<int>(level));
+  if (level == IsaLevel::kAvx2 && is_float) return PackStackedWeights(parts, 16, static_cast<int>(level));
   return nullptr;
+}
+
+WeightMatrix PackedOnlyView(const PackedWeights& p) {
+  WeightMatrix w;
+  w.dtype = p.dtype;
+  w.rows = p.rows;
+  w.cols = p.cols;
+  w.row_bytes = DTypeRowBytes(p.dtype, p.cols);
+  w.data = p.source;  // the panels themselves: identifies them, never read as rows
+  w.packed = &p;
+  return w;
 }
 
 }  // namespace pagoda

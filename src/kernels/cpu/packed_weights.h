@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/params/matmul_params.h"
@@ -62,10 +63,21 @@ struct PackedWeights {
 // once; the result does not alias w.
 std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w);
 
+// Several matrices with the same dtype and cols stacked along rows into ONE packed matrix
+// (fused projections: q|k|v, gate|up), or null as PackWeightsForCpu. Its `source` is its
+// own panels: PackedOnlyView makes the matching view.
+std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightMatrix>& parts);
+
+// A WeightMatrix that exists only as panels (a stacked pack): MatMul uses the panels; it has
+// no row-major data (data points at the panels, which only identifies them).
+WeightMatrix PackedOnlyView(const PackedWeights& p);
+
 // Packs w into panels of `panel_rows` rows (a multiple of 16). REQUIRES: w.dtype in
 // {F32, F16, BF16, Q8_0, Q4_0}. For tests and benchmarks that choose the shape.
 std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t panel_rows,
                                                  int isa_level);
+std::shared_ptr<const PackedWeights> PackStackedWeights(const std::vector<WeightMatrix>& parts,
+                                                        int64_t panel_rows, int isa_level);
 
 // w with its packed form attached (MatMul then uses the panels).
 inline WeightMatrix WithPacked(WeightMatrix w, const PackedWeights* p) {

@@ -1,5 +1,6 @@
 #include "model/arch/llama.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <utility>
@@ -24,6 +25,13 @@ void AddBias(const std::vector<float>& bias, int64_t num_tokens, float* x) {
   }
 }
 
+// x += h, on all threads.
+void AddInPlace(const float* h, int64_t n, float* x) {
+  ParallelFor((n + 4095) / 4096, 4, [&](int64_t c0, int64_t c1) {
+    for (int64_t i = c0 * 4096, e = std::min(n, c1 * 4096); i < e; ++i) x[i] += h[i];
+  });
+}
+
 }  // namespace
 
 LlamaModel::LlamaModel(ModelSpec spec, LlamaWeights weights, std::vector<int32_t> eos_ids)
@@ -36,22 +44,40 @@ LlamaModel::LlamaModel(ModelSpec spec, LlamaWeights weights, std::vector<int32_t
 void LlamaModel::PackForCpu() {
   const auto start = std::chrono::steady_clock::now();
   int64_t bytes = 0;
-  auto pack = [&](WeightMatrix& m) {
-    std::shared_ptr<const PackedWeights> p = PackWeightsForCpu(m);
-    if (p == nullptr) return;
-    m.packed = p.get();
+  auto keep = [&](std::shared_ptr<const PackedWeights> p) {
     bytes += p->bytes();
     packed_.push_back(std::move(p));
+    return packed_.back().get();
   };
-  for (LlamaLayerWeights& L : w_.layers) {
-    for (WeightMatrix* m : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) pack(*m);
+  auto pack = [&](WeightMatrix& m) {
+    if (std::shared_ptr<const PackedWeights> p = PackWeightsForCpu(m)) m.packed = keep(std::move(p));
+  };
+  // Stacked q|k|v and gate|up when possible, else each matrix on its own.
+  auto stack = [&](std::vector<WeightMatrix*> parts, WeightMatrix* fused) {
+    std::vector<WeightMatrix> views;
+    for (WeightMatrix* m : parts) views.push_back(*m);
+    if (std::shared_ptr<const PackedWeights> p = PackStackedForCpu(views)) {
+      *fused = PackedOnlyView(*keep(std::move(p)));
+      return;
+    }
+    for (WeightMatrix* m : parts) pack(*m);
+  };
+  fused_.resize(w_.layers.size());
+  int64_t stacked = 0;
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    LlamaLayerWeights& L = w_.layers[l];
+    stack({&L.wq, &L.wk, &L.wv}, &fused_[l].qkv);
+    stack({&L.w_gate, &L.w_up}, &fused_[l].gate_up);
+    stacked += (fused_[l].qkv.rows > 0) + (fused_[l].gate_up.rows > 0);
+    pack(L.wo);
+    pack(L.w_down);
   }
   pack(w_.output);
   if (packed_.empty()) return;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  PAGODA_LOG(kInfo) << "packed " << packed_.size() << " weight matrices into "
-                   << packed_.front()->panel_rows << "-row panels for the " << MatMulIsaName()
-                   << " kernels (" << bytes / (1 << 20) << " MiB, " << s << " s)";
+  PAGODA_LOG(kInfo) << "packed " << packed_.size() << " weight matrices (" << stacked
+                    << " of them stacked q|k|v or gate|up) into row panels for the " << MatMulIsaName()
+                    << " kernels (" << bytes / (1 << 20) << " MiB, " << s << " s)";
 }
 
 KVStorageShape LlamaModel::KVShapeFor(int64_t num_blocks, int64_t block_size, DType dtype) const {
@@ -87,7 +113,7 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
       << "inconsistent batch";
 
   std::vector<float> x(n * dim), h(n * dim), q(n * q_dim), k(n * kv_dim), v(n * kv_dim);
-  std::vector<float> attn(n * q_dim), gate(n * ffn), up(n * ffn);
+  std::vector<float> attn(n * q_dim), gate(n * ffn), up, fused;
 
   for (int64_t t = 0; t < n; ++t) {
     const int32_t id = batch.token_ids[t];
@@ -109,31 +135,54 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
   ap.q = q.data();
   ap.out = attn.data();
 
+  const RopeTable rope_table = MakeRopeTable(rope_, batch.positions.data(), n);
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
     if (observer && observer->on_hidden) observer->on_hidden(l, x.data(), n, dim);
     const LlamaLayerWeights& L = w_.layers[l];
+    const FusedProjections& F = fused_[l];
     RmsNorm(x.data(), L.attn_norm.data(), n, dim, spec_.norm_eps, h.data());
-    MatMul(L.wq, h.data(), n, q.data());
-    MatMul(L.wk, h.data(), n, k.data());
-    MatMul(L.wv, h.data(), n, v.data());
+    if (F.qkv.rows > 0) {  // one stacked MatMul, then q | k | v split per token
+      const int64_t width = q_dim + 2 * kv_dim;
+      fused.resize(n * std::max(width, 2 * ffn));
+      MatMul(F.qkv, h.data(), n, fused.data());
+      ParallelFor(n, 64, [&](int64_t t0, int64_t t1) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const float* src = fused.data() + t * width;
+          std::copy_n(src, q_dim, q.data() + t * q_dim);
+          std::copy_n(src + q_dim, kv_dim, k.data() + t * kv_dim);
+          std::copy_n(src + q_dim + kv_dim, kv_dim, v.data() + t * kv_dim);
+        }
+      });
+    } else {
+      MatMul(L.wq, h.data(), n, q.data());
+      MatMul(L.wk, h.data(), n, k.data());
+      MatMul(L.wv, h.data(), n, v.data());
+    }
     AddBias(L.bq, n, q.data());
     AddBias(L.bk, n, k.data());
     AddBias(L.bv, n, v.data());
-    ApplyRope(rope_, batch.positions.data(), n, spec_.num_heads, hd, 0, q.data());
-    ApplyRope(rope_, batch.positions.data(), n, spec_.num_kv_heads, hd, 0, k.data());
+    ApplyRope(rope_, rope_table, n, spec_.num_heads, hd, 0, q.data());
+    ApplyRope(rope_, rope_table, n, spec_.num_kv_heads, hd, 0, k.data());
     cache.Write(l, k.data(), v.data(), batch.slot_mapping.data(), n, batch.positions.data());
     cache.ObserveQueries(l, q.data(), spec_.num_heads, batch.slot_mapping.data(), n, ap.scale);
     cache.FillAttentionParams(l, &ap);
     PagedAttention(ap);
     MatMul(L.wo, attn.data(), n, h.data());
-    for (int64_t i = 0; i < n * dim; ++i) x[i] += h[i];
+    AddInPlace(h.data(), n * dim, x.data());
 
     RmsNorm(x.data(), L.ffn_norm.data(), n, dim, spec_.norm_eps, h.data());
-    MatMul(L.w_gate, h.data(), n, gate.data());
-    MatMul(L.w_up, h.data(), n, up.data());
-    SiluMul(gate.data(), up.data(), n * ffn, gate.data());
+    if (F.gate_up.rows > 0) {
+      fused.resize(n * std::max(q_dim + 2 * kv_dim, 2 * ffn));
+      MatMul(F.gate_up, h.data(), n, fused.data());
+      SiluMulRows(fused.data(), n, ffn, gate.data());
+    } else {
+      up.resize(n * ffn);
+      MatMul(L.w_gate, h.data(), n, gate.data());
+      MatMul(L.w_up, h.data(), n, up.data());
+      SiluMul(gate.data(), up.data(), n * ffn, gate.data());
+    }
     MatMul(L.w_down, gate.data(), n, h.data());
-    for (int64_t i = 0; i < n * dim; ++i) x[i] += h[i];
+    AddInPlace(h.data(), n * dim, x.data());
   }
 
   RmsNorm(x.data(), w_.final_norm.data(), n, dim, spec_.norm_eps, x.data());

@@ -49,8 +49,14 @@ class LlamaModel : public Model {
   ModelSpec spec_;
   LlamaWeights w_;
   // The projections repacked for the CPU kernels (kernels/cpu/packed_weights.h), when
-  // the CPU's MatMul level has a packed kernel; w_'s views point at them.
+  // the CPU's MatMul level has a packed kernel; w_'s views point at them. q|k|v and
+  // gate|up are stacked into one packed matrix each (one MatMul, one activation
+  // quantization): fused_[l] holds their views (rows == 0 when not fused).
+  struct FusedProjections {
+    WeightMatrix qkv, gate_up;
+  };
   std::vector<std::shared_ptr<const PackedWeights>> packed_;
+  std::vector<FusedProjections> fused_;
   RopeParams rope_;
   std::vector<int32_t> eos_ids_;
 };
