@@ -40,7 +40,17 @@ namespace {
 constexpr int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // Bytes ahead of the current weight the GEMV prefetches (within and across panels).
-constexpr int64_t kPrefetchAhead = 2048;
+// PAGODA_GEMV_PREFETCH=bytes overrides it (tuning).
+const int64_t kPrefetchAhead = [] {
+  const char* v = std::getenv("PAGODA_GEMV_PREFETCH");
+  const long b = v != nullptr ? std::atol(v) : 0;
+  return b >= 64 && b <= (1 << 20) ? static_cast<int64_t>(b) / 64 * 64 : int64_t{4096};
+}();
+// Panels one GEMV tile streams at once (1 or 2; PAGODA_GEMV_PANELS overrides, tuning).
+const int kGemvPanels = [] {
+  const char* v = std::getenv("PAGODA_GEMV_PANELS");
+  return v != nullptr && v[0] == '1' ? 1 : 2;
+}();
 constexpr int64_t kL2WeightBudget = 256 * 1024;
 
 // ---- float panels -------------------------------------------------------------
@@ -267,7 +277,7 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
   const int64_t n = pw.cols;
   if (num_tokens == 1) {
     int64_t p = p0;
-    for (; p + 2 <= p1; p += 2) {
+    for (; kGemvPanels == 2 && p + 2 <= p1; p += 2) {
       FloatTile<kW, 2, 1>(pw.panel(p), pw.panel_bytes, x, n, 0, n, true, y + (p - p0) * 32, ldy, true);
     }
     for (; p < p1; ++p) {
@@ -482,7 +492,7 @@ PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const QuantizedActivations&
   const int64_t nb = pw.num_blocks();
   if (num_tokens == 1) {
     int64_t p = p0;
-    for (; p + 2 <= p1; p += 2) Q8Tile<kQ4, 2, 1>(pw, p, xq, 0, 0, nb, true, y + (p - p0) * 16, ldy, true);
+    for (; kGemvPanels == 2 && p + 2 <= p1; p += 2) Q8Tile<kQ4, 2, 1>(pw, p, xq, 0, 0, nb, true, y + (p - p0) * 16, ldy, true);
     for (; p < p1; ++p) Q8Tile<kQ4, 1, 1>(pw, p, xq, 0, 0, nb, true, y + (p - p0) * 16, ldy, true);
     return;
   }
