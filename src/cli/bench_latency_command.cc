@@ -85,12 +85,13 @@ int RunLatency(const LatencyFlags& f) {
                                                << spec.max_position << " (pass --max-model-len to override)");
   const DType kv_dtype = f.model.KVDType(*model);
   PAGODA_LOG(kInfo) << "bench latency: " << spec.name << ", " << NumThreads() << " threads, matmul "
-                    << MatMulIsaName() << ", measuring the machine's bounds";
-  const RooflineBounds before = MeasureRoofline();
-
+                    << MatMulIsaName() << ", warm-up run, then the machine's bounds around the timed runs";
   ProgressBar bar("bench latency", (f.num_iters + 1) * (f.input_len + f.output_len));
   int64_t progress = 0;
   RunOnce(*model, kv_dtype, f.model.block_size, f.input_len, f.output_len, &bar, &progress);  // warm-up
+  // The bounds are measured on the machine the warm-up left (clocks as under the timed
+  // runs, not a rested machine's short turbo), then again after the runs.
+  const RooflineBounds before = MeasureRoofline();
   Timing best{1e30, 1e30};
   for (int64_t i = 0; i < f.num_iters; ++i) {
     const Timing t = RunOnce(*model, kv_dtype, f.model.block_size, f.input_len, f.output_len, &bar, &progress);
@@ -98,9 +99,8 @@ int RunLatency(const LatencyFlags& f) {
     best.decode_s = std::min(best.decode_s, t.decode_s);
   }
   bar.Finish();
-  // The machine's bounds are measured again after the runs and the higher of the two
-  // readings is used: on a shared or throttling host a single probe can land in a slow
-  // moment and flatter the ratios.
+  // The higher of the two readings is used: on a shared or throttling host a single probe
+  // can land in a slow moment and flatter the ratios.
   const RooflineBounds after = MeasureRoofline();
   RooflineBounds bounds = before;
   bounds.read_gbs = std::max(before.read_gbs, after.read_gbs);
