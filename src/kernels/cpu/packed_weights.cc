@@ -98,12 +98,18 @@ void PackQ4Panel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* dst
   }
 }
 
-bool PackingEnabled() {
-  static const bool enabled = [] {
+// PAGODA_PACK_WEIGHTS: "0" off; unset / "1" the dtypes the level has packed kernels for;
+// "force" every packable dtype (the portable packed kernels run where the level has none:
+// tests use it to run the AVX-512 machines' model path on any CPU).
+enum class PackMode { kOff, kAuto, kForce };
+PackMode GetPackMode() {
+  static const PackMode mode = [] {
     const char* env = std::getenv("PAGODA_PACK_WEIGHTS");
-    return env == nullptr || std::string(env) != "0";
+    if (env == nullptr) return PackMode::kAuto;
+    const std::string v(env);
+    return v == "0" ? PackMode::kOff : v == "force" ? PackMode::kForce : PackMode::kAuto;
   }();
-  return enabled;
+  return mode;
 }
 
 }  // namespace
@@ -176,7 +182,8 @@ std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w) {
 }
 
 std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightMatrix>& parts) {
-  if (!PackingEnabled() || parts.empty()) return nullptr;
+  const PackMode mode = GetPackMode();
+  if (mode == PackMode::kOff || parts.empty()) return nullptr;
   WeightMatrix w = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) {
     if (parts[i].dtype != w.dtype || parts[i].cols != w.cols) return nullptr;
@@ -190,6 +197,10 @@ std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightM
     return PackStackedWeights(parts, is_float ? 32 : 16, static_cast<int>(level));
   }
   if (level == IsaLevel::kAvx2 && is_float) return PackStackedWeights(parts, 16, static_cast<int>(level));
+  if (mode == PackMode::kForce && (is_float || is_int)) {
+    const int64_t rows = is_int ? 16 : level == IsaLevel::kAvx2 ? 16 : 32;
+    return PackStackedWeights(parts, rows, static_cast<int>(level));
+  }
   return nullptr;
 }
 

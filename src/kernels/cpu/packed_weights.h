@@ -59,7 +59,8 @@ struct PackedWeights {
 };
 
 // The panels the MatMul level in use (matmul.h) runs fastest, or null when it has no
-// packed kernel for w.dtype (or PAGODA_PACK_WEIGHTS=0). Packing reads every weight
+// packed kernel for w.dtype (or PAGODA_PACK_WEIGHTS=0; PAGODA_PACK_WEIGHTS=force packs every
+// F32/F16/BF16/Q8_0/Q4_0 weight, the portable packed kernels running where the level has none). Packing reads every weight
 // once; the result does not alias w.
 std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w);
 
