@@ -105,9 +105,9 @@ bool PackedUsable(const WeightMatrix& w) {
 PackedRowsFn PackedFn(IsaLevel level, const PackedWeights& pw) {
   const auto packed_level = static_cast<IsaLevel>(pw.isa_level);
   if (static_cast<int>(level) >= static_cast<int>(packed_level)) {
-    const bool q8 = pw.format != PackedWeights::Format::kFloat;
-    if (packed_level == IsaLevel::kAvx512 && pw.panel_rows == (q8 ? 16 : 32)) return &PackedRowsAvx512;
-    if (packed_level == IsaLevel::kAvx2 && !q8 && pw.panel_rows == 16) return &PackedRowsAvx2;
+    const bool quantized = pw.format != PackedWeights::Format::kFloat;
+    if (packed_level == IsaLevel::kAvx512 && pw.panel_rows == (quantized ? 16 : 32)) return &PackedRowsAvx512;
+    if (packed_level == IsaLevel::kAvx2 && !quantized && pw.panel_rows == 16) return &PackedRowsAvx2;
   }
   return &PackedRowsGeneric;
 }
@@ -115,8 +115,8 @@ PackedRowsFn PackedFn(IsaLevel level, const PackedWeights& pw) {
 void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64_t num_tokens,
                   float* y) {
   QuantizedActivations xq;
-  const bool q8 = pw.format != PackedWeights::Format::kFloat;  // Q8 or Q4 panels
-  if (q8) QuantizeActivations(x, num_tokens, pw.cols, false, &xq, true);
+  const bool quantized = pw.format != PackedWeights::Format::kFloat;  // Q8 or Q4 panels
+  if (quantized) QuantizeActivations(x, num_tokens, pw.cols, false, &xq, true);
   const PackedRowsFn fn = PackedFn(level, pw);
   const int64_t pr = pw.panel_rows;
   const int64_t full = pw.rows / pr;  // panels without padding rows
@@ -124,10 +124,10 @@ void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(work, 1));
   ParallelFor(pw.num_panels, grain, [&](int64_t p0, int64_t p1) {
     const int64_t e = std::min(p1, full);
-    if (p0 < e) fn(pw, x, q8 ? &xq : nullptr, num_tokens, p0, e, y + p0 * pr, pw.rows);
+    if (p0 < e) fn(pw, x, quantized ? &xq : nullptr, num_tokens, p0, e, y + p0 * pr, pw.rows);
     if (p1 > full) {  // the last panel, padded: through a scratch tile
       std::vector<float> tmp(num_tokens * pr);
-      fn(pw, x, q8 ? &xq : nullptr, num_tokens, full, full + 1, tmp.data(), pr);
+      fn(pw, x, quantized ? &xq : nullptr, num_tokens, full, full + 1, tmp.data(), pr);
       const int64_t valid = pw.rows - full * pr;
       for (int64_t t = 0; t < num_tokens; ++t) {
         std::copy_n(&tmp[t * pr], valid, y + t * pw.rows + full * pr);

@@ -12,6 +12,7 @@
 #include "kernels/cpu/matmul_internal.h"
 
 #define PAGODA_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define PAGODA_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
 
 namespace pagoda::matmul_internal {
 namespace {
@@ -29,59 +30,28 @@ constexpr int kFloatTokens = 6;
 template <DType kW>
 constexpr int64_t kElem = kW == DType::kF32 ? 4 : 2;
 
-// Panels [panel, panel + P) x tokens [0, T) of x (row stride n), k in [k0, k1). `first`:
-// start from zero, else from y. y: token j of panel q at y[j * ldy + q * 16].
-template <DType kW, int P, int T>
-PAGODA_AVX2 void FloatTile(const uint8_t* panel, int64_t panel_bytes, const float* x, int64_t n,
-                             int64_t k0, int64_t k1, bool first, float* y, int64_t ldy,
-                             bool prefetch) {
-  __m256 acc[P][2][T];
-  for (int q = 0; q < P; ++q)
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < T; ++j)
-        acc[q][h][j] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + j * ldy + q * 16 + h * 8);
-  constexpr int64_t kStep = 16 * kElem<kW>;  // bytes per k of one panel
-  const uint8_t* wp[P];
-  for (int q = 0; q < P; ++q) wp[q] = panel + q * panel_bytes + k0 * kStep;
-  const float* xt[T];
-  for (int j = 0; j < T; ++j) xt[j] = x + j * n;
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int64_t k = k0; k < k1; ++k) {
-    __m256 w[P][2];
-    for (int q = 0; q < P; ++q) {
-      if (prefetch) {
-        _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead), _MM_HINT_T0);
-      }
-      if constexpr (kW == DType::kF32) {
-        w[q][0] = _mm256_load_ps(reinterpret_cast<const float*>(wp[q]));
-        w[q][1] = _mm256_load_ps(reinterpret_cast<const float*>(wp[q] + 32));
-      } else if constexpr (kW == DType::kF16) {
-        w[q][0] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wp[q])));
-        w[q][1] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wp[q] + 16)));
-      } else {
-        const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp[q]));
-        w[q][0] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-        w[q][1] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
-      }
-      wp[q] += kStep;
-    }
-    for (int j = 0; j < T; ++j) {
-      const __m256 xb = _mm256_set1_ps(xt[j][k]);
-      for (int q = 0; q < P; ++q) {
-        acc[q][0][j] = _mm256_fmadd_ps(w[q][0], xb, acc[q][0][j]);
-        acc[q][1][j] = _mm256_fmadd_ps(w[q][1], xb, acc[q][1][j]);
-      }
-    }
+// One k of one panel as two vectors of f32 rows (rows 0-7, then the rest), widened exactly.
+template <DType kW>
+PAGODA_AVX2_INLINE void LoadPanelStep(const uint8_t* wp, __m256 (&w)[2], __m256i high) {
+  if constexpr (kW == DType::kF32) {
+    w[0] = _mm256_load_ps(reinterpret_cast<const float*>(wp));
+    w[1] = _mm256_load_ps(reinterpret_cast<const float*>(wp + 32));
+  } else if constexpr (kW == DType::kF16) {
+    w[0] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wp)));
+    w[1] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wp + 16)));
+  } else {
+    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp));
+    w[0] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    w[1] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
   }
-  for (int q = 0; q < P; ++q)
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < T; ++j) _mm256_storeu_ps(y + j * ldy + q * 16 + h * 8, acc[q][h][j]);
 }
 
-// GEMM tile: panels [panel, panel + P) x T tokens whose activations are packed
-// k-major for this k-slice: xp[(k - k0) * T + j] (one pointer, constant offsets, no cache
-// set conflicts between token rows). Same per-output order as FloatTile.
-template <DType kW, int P, int T>
+// Panels [panel, panel + P) x T tokens whose activations are packed k-major for this
+// k-slice: xp[(k - k0) * T + j] (one pointer, constant offsets, no cache set conflicts
+// between token rows; for one token that is x itself from k0). `first`: start from zero,
+// else from y. y: token j of panel q at y[j * ldy + q * panel rows]. kPrefetch (GEMV,
+// streaming): prefetch each panel kPrefetchAhead bytes ahead.
+template <DType kW, int P, int T, bool kPrefetch = false>
 PAGODA_AVX2 void FloatGemmTile(const uint8_t* panel, int64_t panel_bytes, const float* xp,
                                  int64_t k0, int64_t k1, bool first, float* y, int64_t ldy) {
   __m256 acc[P][2][T];
@@ -96,17 +66,10 @@ PAGODA_AVX2 void FloatGemmTile(const uint8_t* panel, int64_t panel_bytes, const 
   for (int64_t k = k0; k < k1; ++k, xp += T) {
     __m256 w[P][2];
     for (int q = 0; q < P; ++q) {
-      if constexpr (kW == DType::kF32) {
-        w[q][0] = _mm256_load_ps(reinterpret_cast<const float*>(wp[q]));
-        w[q][1] = _mm256_load_ps(reinterpret_cast<const float*>(wp[q] + 32));
-      } else if constexpr (kW == DType::kF16) {
-        w[q][0] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wp[q])));
-        w[q][1] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(wp[q] + 16)));
-      } else {
-        const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp[q]));
-        w[q][0] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-        w[q][1] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+      if constexpr (kPrefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead), _MM_HINT_T0);
       }
+      LoadPanelStep<kW>(wp[q], w[q], high);
       wp[q] += kStep;
     }
     for (int j = 0; j < T; ++j) {
@@ -132,47 +95,38 @@ constexpr FloatGemmFn<kW> kFloatGemm[] = {&FloatGemmTile<kW, P, Ts>...};
 
 template <DType kW>
 PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const float* x, int64_t num_tokens,
-                               int64_t p0, int64_t p1, float* y, int64_t ldy) {
+                             int64_t p0, int64_t p1, float* y, int64_t ldy) {
   const int64_t n = pw.cols;
   if (num_tokens == 1) {
     int64_t p = p0;
     for (; p + 2 <= p1; p += 2) {
-      FloatTile<kW, 2, 1>(pw.panel(p), pw.panel_bytes, x, n, 0, n, true, y + (p - p0) * 16, ldy, true);
+      FloatGemmTile<kW, 2, 1, true>(pw.panel(p), pw.panel_bytes, x, 0, n, true, y + (p - p0) * 16, ldy);
     }
     for (; p < p1; ++p) {
-      FloatTile<kW, 1, 1>(pw.panel(p), pw.panel_bytes, x, n, 0, n, true, y + (p - p0) * 16, ldy, true);
+      FloatGemmTile<kW, 1, 1, true>(pw.panel(p), pw.panel_bytes, x, 0, n, true, y + (p - p0) * 16, ldy);
     }
     return;
   }
-  struct {
-    int64_t panels = 1, tokens = kFloatTokens;
-  } shape;
   const FloatGemmFn<kW>* tiles = kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6>;
-  const FloatGemmFn<kW>* single = tiles;
   const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (16 * kFloatKc * kElem<kW>));
-  const int64_t tokens_per_tile = shape.tokens;
   // All token tiles of one k-slice, packed k-major per tile: tile i at xp + i * kFloatKc * T.
-  const int64_t num_tiles = (num_tokens + tokens_per_tile - 1) / tokens_per_tile;
-  AlignedFloats xp(num_tiles * kFloatKc * tokens_per_tile);
+  const int64_t num_tiles = (num_tokens + kFloatTokens - 1) / kFloatTokens;
+  AlignedFloats xp(num_tiles * kFloatKc * kFloatTokens);
   for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
     const int64_t k1 = Min(k0 + kFloatKc, n);
     for (int64_t i = 0; i < num_tiles; ++i) {
-      const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
-      float* dst = xp.data() + i * kFloatKc * tokens_per_tile;
+      const int64_t t = i * kFloatTokens, tt = Min(kFloatTokens, num_tokens - t);
+      float* dst = xp.data() + i * kFloatKc * kFloatTokens;
       for (int64_t k = k0; k < k1; ++k)
         for (int64_t j = 0; j < tt; ++j) dst[(k - k0) * tt + j] = x[(t + j) * n + k];
     }
     for (int64_t rb = p0; rb < p1; rb += block) {
       const int64_t re = Min(rb + block, p1);
       for (int64_t i = 0; i < num_tiles; ++i) {
-        const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
-        const float* xt = xp.data() + i * kFloatKc * tokens_per_tile;
-        int64_t p = rb;
-        for (; p + shape.panels <= re; p += shape.panels) {
+        const int64_t t = i * kFloatTokens, tt = Min(kFloatTokens, num_tokens - t);
+        const float* xt = xp.data() + i * kFloatKc * kFloatTokens;
+        for (int64_t p = rb; p < re; ++p) {
           tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 16, ldy);
-        }
-        for (; p < re; ++p) {
-          single[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 16, ldy);
         }
       }
     }

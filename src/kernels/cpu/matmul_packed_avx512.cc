@@ -61,62 +61,28 @@ constexpr int kFloatTokens = 12;
 template <DType kW>
 constexpr int64_t kElem = kW == DType::kF32 ? 4 : 2;
 
-// Panels [panel, panel + P) x tokens [0, T) of x (row stride n), k in [k0, k1). `first`:
-// start from zero, else from y. y: token j of panel q at y[j * ldy + q * 32].
-template <DType kW, int P, int T>
-PAGODA_AVX512 void FloatTile(const uint8_t* panel, int64_t panel_bytes, const float* x, int64_t n,
-                             int64_t k0, int64_t k1, bool first, float* y, int64_t ldy,
-                             bool prefetch) {
-  __m512 acc[P][2][T];
-  for (int q = 0; q < P; ++q)
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < T; ++j)
-        acc[q][h][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * ldy + q * 32 + h * 16);
-  constexpr int64_t kStep = 32 * kElem<kW>;  // bytes per k of one panel
-  const uint8_t* wp[P];
-  for (int q = 0; q < P; ++q) wp[q] = panel + q * panel_bytes + k0 * kStep;
-  const float* xt[T];
-  for (int j = 0; j < T; ++j) xt[j] = x + j * n;
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-  for (int64_t k = k0; k < k1; ++k) {
-    __m512 w[P][2];
-    for (int q = 0; q < P; ++q) {
-      if (prefetch) {
-        _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead), _MM_HINT_T0);
-        if constexpr (kW == DType::kF32) {
-          _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead + 64), _MM_HINT_T0);
-        }
-      }
-      if constexpr (kW == DType::kF32) {
-        w[q][0] = _mm512_load_ps(wp[q]);
-        w[q][1] = _mm512_load_ps(wp[q] + 64);
-      } else if constexpr (kW == DType::kF16) {
-        w[q][0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp[q])));
-        w[q][1] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp[q] + 32)));
-      } else {
-        const __m512i v = _mm512_load_si512(wp[q]);
-        w[q][0] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-        w[q][1] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
-      }
-      wp[q] += kStep;
-    }
-    for (int j = 0; j < T; ++j) {
-      const __m512 xb = _mm512_set1_ps(xt[j][k]);
-      for (int q = 0; q < P; ++q) {
-        acc[q][0][j] = _mm512_fmadd_ps(w[q][0], xb, acc[q][0][j]);
-        acc[q][1][j] = _mm512_fmadd_ps(w[q][1], xb, acc[q][1][j]);
-      }
-    }
+// One k of one panel as two vectors of f32 rows (rows 0-15, then the rest), widened exactly.
+template <DType kW>
+PAGODA_AVX512_INLINE void LoadPanelStep(const uint8_t* wp, __m512 (&w)[2], __m512i high) {
+  if constexpr (kW == DType::kF32) {
+    w[0] = _mm512_load_ps(wp);
+    w[1] = _mm512_load_ps(wp + 64);
+  } else if constexpr (kW == DType::kF16) {
+    w[0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp)));
+    w[1] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32)));
+  } else {
+    const __m512i v = _mm512_load_si512(wp);
+    w[0] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    w[1] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
   }
-  for (int q = 0; q < P; ++q)
-    for (int h = 0; h < 2; ++h)
-      for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy + q * 32 + h * 16, acc[q][h][j]);
 }
 
-// GEMM tile: panels [panel, panel + P) x T tokens whose activations are packed
-// k-major for this k-slice: xp[(k - k0) * T + j] (one pointer, constant offsets, no cache
-// set conflicts between token rows). Same per-output order as FloatTile.
-template <DType kW, int P, int T>
+// Panels [panel, panel + P) x T tokens whose activations are packed k-major for this
+// k-slice: xp[(k - k0) * T + j] (one pointer, constant offsets, no cache set conflicts
+// between token rows; for one token that is x itself from k0). `first`: start from zero,
+// else from y. y: token j of panel q at y[j * ldy + q * panel rows]. kPrefetch (GEMV,
+// streaming): prefetch each panel kPrefetchAhead bytes ahead.
+template <DType kW, int P, int T, bool kPrefetch = false>
 PAGODA_AVX512 void FloatGemmTile(const uint8_t* panel, int64_t panel_bytes, const float* xp,
                                  int64_t k0, int64_t k1, bool first, float* y, int64_t ldy) {
   __m512 acc[P][2][T];
@@ -131,17 +97,13 @@ PAGODA_AVX512 void FloatGemmTile(const uint8_t* panel, int64_t panel_bytes, cons
   for (int64_t k = k0; k < k1; ++k, xp += T) {
     __m512 w[P][2];
     for (int q = 0; q < P; ++q) {
-      if constexpr (kW == DType::kF32) {
-        w[q][0] = _mm512_load_ps(wp[q]);
-        w[q][1] = _mm512_load_ps(wp[q] + 64);
-      } else if constexpr (kW == DType::kF16) {
-        w[q][0] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp[q])));
-        w[q][1] = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp[q] + 32)));
-      } else {
-        const __m512i v = _mm512_load_si512(wp[q]);
-        w[q][0] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-        w[q][1] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+      if constexpr (kPrefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead), _MM_HINT_T0);
+        if constexpr (kW == DType::kF32) {
+          _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead + 64), _MM_HINT_T0);
+        }
       }
+      LoadPanelStep<kW>(wp[q], w[q], high);
       wp[q] += kStep;
     }
     for (int j = 0; j < T; ++j) {
@@ -223,14 +185,10 @@ PAGODA_AVX512 void WidenSlice(const uint8_t* panel, int64_t k0, int64_t k1, floa
   const uint8_t* wp = panel + k0 * kStep;
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
   for (int64_t k = k0; k < k1; ++k, wp += kStep, dst += 32) {
-    if constexpr (kW == DType::kF16) {
-      _mm512_store_ps(dst, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp))));
-      _mm512_store_ps(dst + 16, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 32))));
-    } else {
-      const __m512i v = _mm512_load_si512(wp);
-      _mm512_store_ps(dst, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
-      _mm512_store_ps(dst + 16, _mm512_castsi512_ps(_mm512_and_si512(v, high)));
-    }
+    __m512 w[2];
+    LoadPanelStep<kW>(wp, w, high);
+    _mm512_store_ps(dst, w[0]);
+    _mm512_store_ps(dst + 16, w[1]);
   }
 }
 
@@ -278,10 +236,10 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
   if (num_tokens == 1) {
     int64_t p = p0;
     for (; kGemvPanels == 2 && p + 2 <= p1; p += 2) {
-      FloatTile<kW, 2, 1>(pw.panel(p), pw.panel_bytes, x, n, 0, n, true, y + (p - p0) * 32, ldy, true);
+      FloatGemmTile<kW, 2, 1, true>(pw.panel(p), pw.panel_bytes, x, 0, n, true, y + (p - p0) * 32, ldy);
     }
     for (; p < p1; ++p) {
-      FloatTile<kW, 1, 1>(pw.panel(p), pw.panel_bytes, x, n, 0, n, true, y + (p - p0) * 32, ldy, true);
+      FloatGemmTile<kW, 1, 1, true>(pw.panel(p), pw.panel_bytes, x, 0, n, true, y + (p - p0) * 32, ldy);
     }
     return;
   }

@@ -114,6 +114,9 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
 
   std::vector<float> x(n * dim), h(n * dim), q(n * q_dim), k(n * kv_dim), v(n * kv_dim);
   std::vector<float> attn(n * q_dim), gate(n * ffn), up, fused;
+  if (!fused_.empty() && (fused_[0].qkv.rows > 0 || fused_[0].gate_up.rows > 0)) {
+    fused.resize(n * std::max(q_dim + 2 * kv_dim, 2 * ffn));  // stacked projections' output
+  }
 
   for (int64_t t = 0; t < n; ++t) {
     const int32_t id = batch.token_ids[t];
@@ -143,7 +146,6 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
     RmsNorm(x.data(), L.attn_norm.data(), n, dim, spec_.norm_eps, h.data());
     if (F.qkv.rows > 0) {  // one stacked MatMul, then q | k | v split per token
       const int64_t width = q_dim + 2 * kv_dim;
-      fused.resize(n * std::max(width, 2 * ffn));
       MatMul(F.qkv, h.data(), n, fused.data());
       ParallelFor(n, 64, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
@@ -172,7 +174,6 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
 
     RmsNorm(x.data(), L.ffn_norm.data(), n, dim, spec_.norm_eps, h.data());
     if (F.gate_up.rows > 0) {
-      fused.resize(n * std::max(q_dim + 2 * kv_dim, 2 * ffn));
       MatMul(F.gate_up, h.data(), n, fused.data());
       SiluMulRows(fused.data(), n, ffn, gate.data());
     } else {
