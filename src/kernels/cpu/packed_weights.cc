@@ -50,49 +50,32 @@ void PackFloatPanel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* 
   }
 }
 
-void PackQ8Panel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
+// Q8_0 / Q4_0 panels: per block the f16 scale and the code bytes (Q8_0: 32 codes stored as
+// q + 128, i.e. XOR 0x80; Q4_0: 16 nibble bytes unchanged), 4 bytes per row and quad.
+// Padding rows get scale 0 and the codes of weight 0.
+void PackIntPanel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
+  const bool q4 = w.dtype == DType::kQ4_0;
+  const int64_t code_bytes = q4 ? 16 : 32, block_bytes = code_bytes + 2, quads = code_bytes / 4;
+  const uint8_t flip = q4 ? 0x00 : 0x80, zero = q4 ? 0x88 : 0x00;  // zero: weight 0 as stored
   const int64_t nb = w.cols / 32;
   uint8_t* codes = dst;
-  uint16_t* scales = reinterpret_cast<uint16_t*>(dst + nb * 32 * panel_rows);
+  uint16_t* scales = reinterpret_cast<uint16_t*>(dst + nb * code_bytes * panel_rows);
   for (int64_t j = 0; j < panel_rows; ++j) {
     const int64_t r = p * panel_rows + j;
     for (int64_t b = 0; b < nb; ++b) {
       uint16_t d = 0;
-      int8_t q[32] = {};
+      uint8_t c[32];
+      std::memset(c, zero, sizeof(c));
       if (r < w.rows) {
-        const uint8_t* block = w.row(r) + b * 34;
+        const uint8_t* block = w.row(r) + b * block_bytes;
         std::memcpy(&d, block, 2);
-        std::memcpy(q, block + 2, 32);
+        std::memcpy(c, block + 2, code_bytes);
       }
       scales[b * panel_rows + j] = d;
-      for (int64_t quad = 0; quad < 8; ++quad) {
+      for (int64_t quad = 0; quad < quads; ++quad) {
         for (int64_t i = 0; i < 4; ++i) {
-          codes[((b * 8 + quad) * panel_rows + j) * 4 + i] =
-              static_cast<uint8_t>(static_cast<int>(q[quad * 4 + i]) + 128);
+          codes[((b * quads + quad) * panel_rows + j) * 4 + i] = c[quad * 4 + i] ^ flip;
         }
-      }
-    }
-  }
-}
-
-void PackQ4Panel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
-  const int64_t nb = w.cols / 32;
-  uint8_t* codes = dst;
-  uint16_t* scales = reinterpret_cast<uint16_t*>(dst + nb * 16 * panel_rows);
-  for (int64_t j = 0; j < panel_rows; ++j) {
-    const int64_t r = p * panel_rows + j;
-    for (int64_t b = 0; b < nb; ++b) {
-      uint16_t d = 0;
-      uint8_t nib[16];
-      std::memset(nib, 0x88, 16);  // padding rows: nibbles 8 = weight 0, scale 0
-      if (r < w.rows) {
-        const uint8_t* block = w.row(r) + b * 18;
-        std::memcpy(&d, block, 2);
-        std::memcpy(nib, block + 2, 16);
-      }
-      scales[b * panel_rows + j] = d;
-      for (int64_t quad = 0; quad < 4; ++quad) {
-        std::memcpy(codes + ((b * 4 + quad) * panel_rows + j) * 4, nib + quad * 4, 4);
       }
     }
   }
@@ -169,8 +152,8 @@ std::shared_ptr<const PackedWeights> PackStackedWeights(const std::vector<Weight
       uint8_t* dst = mem + p * pw->panel_bytes;
       switch (pw->format) {
         case PackedWeights::Format::kFloat: PackFloatPanel(w, panel_rows, p, dst); break;
-        case PackedWeights::Format::kQ8: PackQ8Panel(w, panel_rows, p, dst); break;
-        case PackedWeights::Format::kQ4: PackQ4Panel(w, panel_rows, p, dst); break;
+        case PackedWeights::Format::kQ8:
+        case PackedWeights::Format::kQ4: PackIntPanel(w, panel_rows, p, dst); break;
       }
     }
   });
