@@ -12,6 +12,7 @@
 #include "cli/model_flags.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/op_profile.h"
 #include "core/parallel.h"
 #include "core/progress_bar.h"
 #include "kernels/cpu/matmul.h"
@@ -31,14 +32,19 @@ struct LatencyFlags {
 
 using Seconds = std::chrono::duration<double>;
 
-struct Timing {
-  double prefill_s = 0;
-  double decode_s = 0;
+// One timed iteration: the prefill between two readings of the compute peaks, the decode
+// between two readings of the read bandwidth. A shared or throttling host changes speed
+// within seconds, so each phase is compared with the machine as it was around it.
+struct Run {
+  double prefill_s = 0, decode_s = 0;
+  RooflineBounds prefill_before, prefill_after, decode_before, decode_after;
+  OpProfile prefill_profile, decode_profile;  // time by kernel kind
 };
 
 // One sequence: prefill input_len tokens in one forward, then output_len single-token steps.
-Timing RunOnce(Model& model, DType kv_dtype, int64_t block_size, int64_t input_len, int64_t output_len,
-               ProgressBar* bar, int64_t* progress) {
+// `probes`: measure the bounds around the phases (timed runs), else only run (warm-up).
+Run RunOnce(Model& model, DType kv_dtype, int64_t block_size, int64_t input_len, int64_t output_len, bool probes,
+            ProgressBar* bar, int64_t* progress) {
   const int64_t total = input_len + output_len;
   const int64_t blocks = (total + block_size - 1) / block_size;
   KVStorage cache(model.KVShapeFor(blocks, block_size, kv_dtype));
@@ -58,20 +64,71 @@ Timing RunOnce(Model& model, DType kv_dtype, int64_t block_size, int64_t input_l
     b.logits_indices.push_back(static_cast<int32_t>(n - 1));
     return b;
   };
-  Timing t;
+  Run r;
   ForwardBatch prefill = batch_for(0, input_len);
+  if (probes) r.prefill_before = MeasureComputePeaks();
+  TakeOpProfile();
   auto t0 = std::chrono::steady_clock::now();
   model.Forward(prefill, cache, logits.data());
-  t.prefill_s = Seconds(std::chrono::steady_clock::now() - t0).count();
+  r.prefill_s = Seconds(std::chrono::steady_clock::now() - t0).count();
+  r.prefill_profile = TakeOpProfile();
+  if (probes) {
+    r.prefill_after = MeasureComputePeaks();
+    r.decode_before.read_gbs = MeasureReadBandwidthGBs();
+  }
   bar->Update(*progress += input_len);
+  TakeOpProfile();
   for (int64_t i = 0; i < output_len; ++i) {
     ForwardBatch step = batch_for(input_len + i, 1);
     t0 = std::chrono::steady_clock::now();
     model.Forward(step, cache, logits.data());
-    t.decode_s += Seconds(std::chrono::steady_clock::now() - t0).count();
+    r.decode_s += Seconds(std::chrono::steady_clock::now() - t0).count();
     bar->Update(++*progress);
   }
-  return t;
+  r.decode_profile = TakeOpProfile();
+  if (probes) r.decode_after.read_gbs = MeasureReadBandwidthGBs();
+  return r;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// Seconds, share of the phase and arithmetic rate per kernel kind; "other" is the phase's
+// time outside every timed kernel (embedding lookup, copies, the framework).
+nlohmann::json ProfileJson(const OpProfile& p, double phase_s) {
+  nlohmann::json out = nlohmann::json::object();
+  for (int i = 0; i < static_cast<int>(OpKind::kCount); ++i) {
+    if (p.calls[i] == 0) continue;
+    nlohmann::json k = {{"seconds", p.seconds[i]}, {"share", p.seconds[i] / phase_s}, {"calls", p.calls[i]}};
+    if (p.ops[i] > 0) k["gops_per_s"] = p.ops[i] / p.seconds[i] * 1e-9;
+    out[std::string(OpKindName(static_cast<OpKind>(i)))] = k;
+  }
+  out["other"] = {{"seconds", phase_s - p.total_seconds()}, {"share", 1 - p.total_seconds() / phase_s}};
+  return out;
+}
+
+void PrintProfiles(const Run& t) {
+  std::printf("time by kernel (median run) prefill share  G op/s   decode share  G op/s\n");
+  auto cell = [](const OpProfile& p, double phase_s, int i) {
+    char buf[64];
+    const double s = i < 0 ? phase_s - p.total_seconds() : p.seconds[i];
+    const double ops = i < 0 ? 0 : p.ops[i];
+    if (ops > 0) {
+      std::snprintf(buf, sizeof buf, "%12.1f%% %7.1f", 100 * s / phase_s, ops / s * 1e-9);
+    } else {
+      std::snprintf(buf, sizeof buf, "%12.1f%% %7s", 100 * s / phase_s, "");
+    }
+    return std::string(buf);
+  };
+  for (int i = -1; i < static_cast<int>(OpKind::kCount); ++i) {
+    if (i >= 0 && t.prefill_profile.calls[i] == 0 && t.decode_profile.calls[i] == 0) continue;
+    const std::string name = i < 0 ? "other" : std::string(OpKindName(static_cast<OpKind>(i)));
+    std::printf("  %-24s%s %s\n", name.c_str(), cell(t.prefill_profile, t.prefill_s, i).c_str(),
+                cell(t.decode_profile, t.decode_s, i).c_str());
+  }
 }
 
 int RunLatency(const LatencyFlags& f) {
@@ -88,28 +145,17 @@ int RunLatency(const LatencyFlags& f) {
                     << MatMulIsaName() << ", warm-up run, then the machine's bounds around the timed runs";
   ProgressBar bar("bench latency", (f.num_iters + 1) * (f.input_len + f.output_len));
   int64_t progress = 0;
-  RunOnce(*model, kv_dtype, f.model.block_size, f.input_len, f.output_len, &bar, &progress);  // warm-up
-  // The bounds are measured on the machine the warm-up left (clocks as under the timed
-  // runs, not a rested machine's short turbo), then again after the runs.
-  const RooflineBounds before = MeasureRoofline();
-  Timing best{1e30, 1e30};
+  // The warm-up leaves the clocks as under load (a rested machine's short turbo would
+  // overstate the peaks), then every timed run is measured between its own probes.
+  RunOnce(*model, kv_dtype, f.model.block_size, f.input_len, f.output_len, false, &bar, &progress);
+  std::vector<Run> runs;
+  EnableOpProfile(true);
   for (int64_t i = 0; i < f.num_iters; ++i) {
-    const Timing t = RunOnce(*model, kv_dtype, f.model.block_size, f.input_len, f.output_len, &bar, &progress);
-    best.prefill_s = std::min(best.prefill_s, t.prefill_s);
-    best.decode_s = std::min(best.decode_s, t.decode_s);
+    runs.push_back(RunOnce(*model, kv_dtype, f.model.block_size, f.input_len, f.output_len, true, &bar, &progress));
   }
+  EnableOpProfile(false);
   bar.Finish();
-  // The higher of the two readings is used: on a shared or throttling host a single probe
-  // can land in a slow moment and flatter the ratios.
-  const RooflineBounds after = MeasureRoofline();
-  RooflineBounds bounds = before;
-  bounds.read_gbs = std::max(before.read_gbs, after.read_gbs);
-  bounds.fma_gflops = std::max(before.fma_gflops, after.fma_gflops);
-  bounds.bf16_gflops = std::max(before.bf16_gflops, after.bf16_gflops);
-  bounds.int8_gops = std::max(before.int8_gops, after.int8_gops);
 
-  const double prefill_tps = f.input_len / best.prefill_s;
-  const double decode_tps = f.output_len / best.decode_s;
   // Decode reads every weight once per token, plus the KV cache of the context so far.
   const KVCacheDType kv_format = kv_dtype == DType::kF32   ? KVCacheDType::kF32
                                  : kv_dtype == DType::kF16 ? KVCacheDType::kF16
@@ -117,7 +163,6 @@ int RunLatency(const LatencyFlags& f) {
   const int64_t kv_bytes = KVBytesPerToken(spec.kv_shape(), kv_format);
   const double mean_context = f.input_len + (f.output_len - 1) / 2.0;
   const double bytes_per_token = static_cast<double>(model->WeightBytesPerToken()) + kv_bytes * mean_context;
-  const double decode_bound = bounds.read_gbs * 1e9 / bytes_per_token;
   // Prefill: 2 flops per active parameter per token, plus attention (QK^T and PV); the
   // classifier runs for the last prompt token only (its share is spread over the prompt).
   const double attn_flops = 4.0 * spec.num_layers * spec.num_heads * spec.head_dim * (f.input_len + 1) / 2.0;
@@ -125,38 +170,76 @@ int RunLatency(const LatencyFlags& f) {
   const double flops_per_token = 2.0 * (static_cast<double>(spec.NumActiveParameters()) - classifier) +
                                  2.0 * classifier / f.input_len + attn_flops;
   const bool int8_path = spec.weight_dtype == DType::kQ8_0 || spec.weight_dtype == DType::kQ4_0;
-  const double peak_gflops = int8_path && bounds.int8_gops > 0 ? bounds.int8_gops : bounds.fma_gflops;
-  const double prefill_bound = peak_gflops * 1e9 / flops_per_token;
+  // Each run's bounds: the higher of the readings just before and just after its phase
+  // (the conservative choice: a probe that lands in a slow moment cannot flatter the run).
+  auto peak = [&](const RooflineBounds& b) { return int8_path && b.int8_gops > 0 ? b.int8_gops : b.fma_gflops; };
+  struct Phase {
+    std::vector<double> tps, bound, fraction;
+  } pre, dec;
+  for (const Run& r : runs) {
+    pre.tps.push_back(f.input_len / r.prefill_s);
+    pre.bound.push_back(std::max(peak(r.prefill_before), peak(r.prefill_after)) * 1e9 / flops_per_token);
+    dec.tps.push_back(f.output_len / r.decode_s);
+    dec.bound.push_back(std::max(r.decode_before.read_gbs, r.decode_after.read_gbs) * 1e9 / bytes_per_token);
+    pre.fraction.push_back(pre.tps.back() / pre.bound.back());
+    dec.fraction.push_back(dec.tps.back() / dec.bound.back());
+  }
+  // The run whose prefill fraction is the median carries the time-by-kernel table.
+  std::vector<size_t> order(runs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pre.fraction[a] < pre.fraction[b]; });
+  const Run& mid = runs[order[(order.size() - 1) / 2]];
 
   if (f.json) {
+    nlohmann::json per_run = nlohmann::json::array();
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Run& r = runs[i];
+      per_run.push_back({{"prefill_tokens_per_s", pre.tps[i]}, {"prefill_bound_tokens_per_s", pre.bound[i]},
+                         {"prefill_fraction_of_bound", pre.fraction[i]}, {"decode_tokens_per_s", dec.tps[i]},
+                         {"decode_bound_tokens_per_s", dec.bound[i]}, {"decode_fraction_of_bound", dec.fraction[i]},
+                         {"fma_gflops_before_after", {r.prefill_before.fma_gflops, r.prefill_after.fma_gflops}},
+                         {"bf16_gflops_before_after", {r.prefill_before.bf16_gflops, r.prefill_after.bf16_gflops}},
+                         {"int8_gops_before_after", {r.prefill_before.int8_gops, r.prefill_after.int8_gops}},
+                         {"read_gbs_before_after", {r.decode_before.read_gbs, r.decode_after.read_gbs}},
+                         {"prefill_time_by_kernel", ProfileJson(r.prefill_profile, r.prefill_s)},
+                         {"decode_time_by_kernel", ProfileJson(r.decode_profile, r.decode_s)}});
+    }
     nlohmann::json out = {
         {"model", spec.name}, {"weight_dtype", DTypeName(spec.weight_dtype)}, {"threads", NumThreads()},
         {"matmul_isa", MatMulIsaName()}, {"input_len", f.input_len}, {"output_len", f.output_len},
-        {"prefill_tokens_per_s", prefill_tps}, {"decode_tokens_per_s", decode_tps},
-        {"prefill_seconds", best.prefill_s}, {"decode_seconds", best.decode_s},
         {"weight_bytes_per_token", model->WeightBytesPerToken()}, {"decode_bytes_per_token", bytes_per_token},
-        {"flops_per_prefill_token", flops_per_token},
-        {"bounds", {{"read_gbs", bounds.read_gbs}, {"fma_gflops", bounds.fma_gflops},
-                    {"bf16_gflops", bounds.bf16_gflops}, {"int8_gops", bounds.int8_gops},
-                    {"prefill_peak_used", int8_path ? "int8" : "fma"}}},
-        {"bounds_before", {{"read_gbs", before.read_gbs}, {"fma_gflops", before.fma_gflops},
-                           {"int8_gops", before.int8_gops}}},
-        {"bounds_after", {{"read_gbs", after.read_gbs}, {"fma_gflops", after.fma_gflops},
-                          {"int8_gops", after.int8_gops}}},
-        {"decode_bound_tokens_per_s", decode_bound}, {"prefill_bound_tokens_per_s", prefill_bound},
-        {"decode_fraction_of_bound", decode_tps / decode_bound},
-        {"prefill_fraction_of_bound", prefill_tps / prefill_bound}};
+        {"flops_per_prefill_token", flops_per_token}, {"prefill_peak_used", int8_path ? "int8" : "fma"},
+        {"prefill_tokens_per_s", Median(pre.tps)}, {"prefill_bound_tokens_per_s", Median(pre.bound)},
+        {"prefill_fraction_of_bound", Median(pre.fraction)}, {"decode_tokens_per_s", Median(dec.tps)},
+        {"decode_bound_tokens_per_s", Median(dec.bound)}, {"decode_fraction_of_bound", Median(dec.fraction)},
+        {"runs", per_run}};
     std::cout << out.dump(2) << std::endl;
   } else {
-    std::printf("model %s (%s), %d threads, matmul %s\n", spec.name.c_str(),
-                std::string(DTypeName(spec.weight_dtype)).c_str(), NumThreads(), std::string(MatMulIsaName()).c_str());
-    std::printf("bounds measured before / after the runs (the higher is used): read %.1f / %.1f GB/s, "
-                "FMA %.1f / %.1f GFLOP/s, int8 %.1f / %.1f GOP/s\n",
-                before.read_gbs, after.read_gbs, before.fma_gflops, after.fma_gflops, before.int8_gops,
-                after.int8_gops);
-    std::printf("%-8s %12s %14s %10s\n", "phase", "tokens/s", "bound tok/s", "of bound");
-    std::printf("%-8s %12.1f %14.1f %9.1f%%\n", "prefill", prefill_tps, prefill_bound, 100 * prefill_tps / prefill_bound);
-    std::printf("%-8s %12.1f %14.1f %9.1f%%\n", "decode", decode_tps, decode_bound, 100 * decode_tps / decode_bound);
+    std::printf("model %s (%s), %d threads, matmul %s; medians of %zu runs, each against the bounds measured just "
+                "before and after it (the higher reading)\n",
+                spec.name.c_str(), std::string(DTypeName(spec.weight_dtype)).c_str(), NumThreads(),
+                std::string(MatMulIsaName()).c_str(), runs.size());
+    std::printf("%-8s %12s %14s %10s   %s\n", "phase", "tokens/s", "bound tok/s", "of bound", "runs (of bound)");
+    auto line = [](const char* name, const Phase& p) {
+      std::string each;
+      for (double x : p.fraction) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, " %.1f%%", 100 * x);
+        each += buf;
+      }
+      std::printf("%-8s %12.1f %14.1f %9.1f%%  %s\n", name, Median(p.tps), Median(p.bound), 100 * Median(p.fraction),
+                  each.c_str());
+    };
+    line("prefill", pre);
+    line("decode", dec);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Run& r = runs[i];
+      std::printf("  run %zu bounds: FMA %.0f/%.0f GFLOP/s, int8 %.0f/%.0f GOP/s (before/after prefill), read "
+                  "%.1f/%.1f GB/s (before/after decode)\n",
+                  i + 1, r.prefill_before.fma_gflops, r.prefill_after.fma_gflops, r.prefill_before.int8_gops,
+                  r.prefill_after.int8_gops, r.decode_before.read_gbs, r.decode_after.read_gbs);
+    }
+    PrintProfiles(mid);
   }
   return 0;
 }
@@ -169,7 +252,7 @@ void AddBenchLatencyCommand(CLI::App* bench, Action* action) {
   flags->model.Add(app);
   app->add_option("--input-len", flags->input_len, "prompt tokens")->capture_default_str();
   app->add_option("--output-len", flags->output_len, "decoded tokens")->capture_default_str();
-  app->add_option("--num-iters", flags->num_iters, "timed repetitions (best is reported)")->capture_default_str();
+  app->add_option("--num-iters", flags->num_iters, "timed repetitions (medians are reported)")->capture_default_str();
   app->add_flag("--json", flags->json, "print one JSON object on stdout");
   app->callback([flags, action] { *action = [flags] { return RunLatency(*flags); }; });
 }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/memory_info.h"
+#include "core/op_profile.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kv/kv_layout.h"
 
@@ -195,6 +196,7 @@ void KVStorage::QuantizeFullKeys(int64_t layer, int64_t block) {
 
 void KVStorage::Write(int64_t layer, const float* k, const float* v, const int64_t* slots, int64_t n,
                       const int32_t* positions) {
+  const ScopedOpTimer timer(OpKind::kKVWrite);
   const int64_t kw = k_width(), vw = v_width(), bs = shape_.block_size, heads = shape_.num_kv_heads;
   const int64_t capacity = shape_.num_blocks * bs;
   const KVArrayFormat& fk = k_format_[layer];

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/op_profile.h"
 #include "core/parallel.h"
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/kv_quant.h"
@@ -92,71 +93,115 @@ struct KVReader {
 static_assert(kAttentionTile <= cpu::kTileKeys);
 
 struct Scratch {
-  std::vector<float> kq, vq, acc, m, l;  // dequantized rows of a tile; per head m, l, acc
+  std::vector<float> kq, vq, acc, m, l, q;  // dequantized rows of a tile; per query row m, l, acc
+  std::vector<int32_t> row_n;               // keys per query row in a diagonal tile
   cpu::TileRow k[cpu::kTileKeys], v[cpu::kTileKeys];
   cpu::TileScratch tile;
 };
 
-// One work item: the keys [lo, hi) of query token t for KV head kvh (one split of a long
-// context, or all of it), leaving per query head the running max m, sum l and the
-// unnormalized accumulator in w.acc (rows of cpu::TileAccStride(head_dim) floats).
-void AttendRange(const PagedAttentionParams& p, const KVReader& reader, const cpu::AttentionTileKernels& kernels,
-                 int64_t t, int64_t kvh, int64_t lo, int64_t hi, Scratch& w) {
+// Query rows (tokens x group heads) one step serves at most; a prefill groups this many
+// rows of consecutive tokens so each K/V tile is converted once for all of them.
+constexpr int64_t kMaxQueryRows = 32;
+
+// One work item: window `window` (kAttentionSplit positions, or the whole context when it
+// fits in one) of the queries of tokens [t, t + nt) for KV head kvh. Several tokens only
+// when they are one sequence's consecutive positions in the same last window, without a
+// sliding window or wide rows (the keys they read are then the same rows).
+struct WorkItem {
+  int64_t t, nt, kvh, window;
+  int64_t cost;  // keys x tokens, plus a fixed overhead
+};
+
+// Keys [lo, hi) of query token t in window s.
+std::pair<int64_t, int64_t> WindowKeys(const PagedAttentionParams& p, int64_t t, int64_t s) {
+  const int64_t pos = p.positions[t];
+  const int64_t lo = std::max(AttentionWindowStart(pos, p.sliding_window), s * kAttentionSplit);
+  return {lo, std::min(pos + 1, (s + 1) * kAttentionSplit)};
+}
+
+// Runs the item, leaving per query row (token i, head g at row i * group + g) the running
+// max m, sum l and the unnormalized accumulator in w.acc (rows of cpu::TileAccStride(d)).
+// Each token's keys go through the same tiles (aligned to kAttentionTile) as when it is
+// alone, every tile stepped once for all the item's rows (on the causal diagonal each row
+// limited to its own keys); a step's arithmetic per (row, key) does not depend on the other
+// rows (attention_tile.h), so the bits are those of the token alone.
+void AttendItem(const PagedAttentionParams& p, const KVReader& reader, const cpu::AttentionTileKernels& kernels,
+                const WorkItem& it, Scratch& w) {
   const int64_t group = p.num_heads / p.num_kv_heads;
   const int64_t d = p.head_dim;
-  const int64_t pos = p.positions[t];
-  const int32_t* table = p.block_tables[t];
+  const int64_t rows = it.nt * group;
+  const int32_t* table = p.block_tables[it.t];
   w.kq.resize(kAttentionTile * d);  // used by quantized rows only
   w.vq.resize(kAttentionTile * d);
   const int64_t stride = cpu::TileAccStride(d);
-  w.acc.assign(group * stride, 0.0f);
-  w.m.assign(group, -INFINITY);
-  w.l.assign(group, 0.0f);
+  w.acc.assign(rows * stride, 0.0f);
+  w.m.assign(rows, -INFINITY);
+  w.l.assign(rows, 0.0f);
   cpu::AttentionTileArgs a;
-  a.heads = group;
-  a.q = p.q + (t * p.num_heads + kvh * group) * d;
+  if (it.nt == 1) {
+    a.q = p.q + (it.t * p.num_heads + it.kvh * group) * d;
+  } else {  // the tokens' query rows side by side
+    w.q.resize(rows * d);
+    for (int64_t i = 0; i < it.nt; ++i) {
+      std::copy_n(p.q + ((it.t + i) * p.num_heads + it.kvh * group) * d, group * d, &w.q[i * group * d]);
+    }
+    a.q = w.q.data();
+  }
   a.q_stride = d;
   a.dk0 = d;
   a.dv = d;
   a.scale = p.scale;
   a.k0 = w.k;
   a.v = w.v;
+  float* scratch = w.tile.Get(cpu::TileScratchFloats(rows, d));
+  a.heads = rows;
   const cpu::AttentionTileState st{w.m.data(), w.l.data(), w.acc.data(), stride};
-  float* scratch = w.tile.Get(cpu::TileScratchFloats(group, d));
-
-  for (int64_t tile = lo / kAttentionTile * kAttentionTile; tile < hi; tile += kAttentionTile) {
-    const int64_t b = std::min(tile + kAttentionTile, hi);
+  const auto [lo, common_hi] = WindowKeys(p, it.t, it.window);  // the first token reads the fewest keys
+  const int64_t first_tile = lo / kAttentionTile * kAttentionTile;
+  // Tiles every token reads whole (all of them for one token): one step each for all rows.
+  const int64_t shared_end =
+      it.nt == 1 ? common_hi : std::max(first_tile, common_hi / kAttentionTile * kAttentionTile);
+  for (int64_t tile = first_tile; tile < shared_end; tile += kAttentionTile) {
+    const int64_t b = std::min(tile + kAttentionTile, shared_end);
     const int64_t first = std::max(tile, lo);
     a.n = b - first;
-    reader.Rows(first, b, pos, table, kvh, w.kq.data(), w.vq.data(), w.k, w.v);
+    reader.Rows(first, b, p.positions[it.t], table, it.kvh, w.kq.data(), w.vq.data(), w.k, w.v);
+    kernels.step(a, st, scratch);
+  }
+  if (it.nt == 1) return;
+  // The causal diagonal: still one step per tile for all rows, token i's rows limited to its
+  // own keys (row_n; a row past its last key is left unchanged), as when it is alone.
+  const int64_t last_hi = WindowKeys(p, it.t + it.nt - 1, it.window).second;
+  w.row_n.resize(rows);
+  a.row_n = w.row_n.data();
+  for (int64_t tile = shared_end; tile < last_hi; tile += kAttentionTile) {
+    const int64_t b = std::min(tile + kAttentionTile, last_hi);
+    const int64_t first = std::max(tile, lo);
+    a.n = b - first;
+    for (int64_t i = 0; i < it.nt; ++i) {
+      const int64_t hi_i = WindowKeys(p, it.t + i, it.window).second;
+      const auto keys = static_cast<int32_t>(std::clamp<int64_t>(std::min(b, hi_i) - first, 0, a.n));
+      std::fill_n(w.row_n.begin() + i * group, group, keys);
+    }
+    reader.Rows(first, b, p.positions[it.t + it.nt - 1], table, it.kvh, w.kq.data(), w.vq.data(), w.k, w.v);
     kernels.step(a, st, scratch);
   }
 }
-
-// A (token, KV head, split) work item and where its partial results go.
-struct WorkItem {
-  int64_t t, kvh, lo, hi;
-  int64_t partial;  // index of its first partial row; splits of one (t, kvh) are consecutive
-  int64_t num_splits;
-  int64_t split;
-};
 
 // The items dealt to `bins` bins of about equal work (longest first, each to the least loaded
 // bin): a causal prefill's items grow with the position, so a plain split of the list would
 // give the last thread most of the work. Which bin computes an item never changes its result.
 std::vector<std::vector<int32_t>> BalanceItems(const std::vector<WorkItem>& items, int bins) {
   bins = std::max(1, std::min<int>(bins, static_cast<int>(items.size())));
-  auto cost = [](const WorkItem& it) { return it.hi - it.lo + 16; };  // keys + a fixed overhead
   std::vector<int32_t> order(items.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return cost(items[a]) > cost(items[b]); });
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return items[a].cost > items[b].cost; });
   std::vector<std::vector<int32_t>> out(bins);
   std::vector<int64_t> load(bins, 0);
   for (const int32_t i : order) {
     const int b = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
     out[b].push_back(i);
-    load[b] += cost(items[i]);
+    load[b] += items[i].cost;
   }
   return out;
 }
@@ -167,29 +212,56 @@ std::vector<std::vector<int32_t>> BalanceItems(const std::vector<WorkItem>& item
 // computed as one work item per window (so a single long decode uses every thread), and the
 // partial (m, l, acc) are merged by their log-sum-exp, always in window order. The windows
 // depend only on positions, so the result is the same whatever the batch or thread count.
-void PagedAttention(const PagedAttentionParams& p) { PagedAttentionAt(cpu::DefaultAttentionIsa(), p); }
+void PagedAttention(const PagedAttentionParams& p) {
+  double flops = 0;  // QK^T and PV: 4 * head_dim per (query head, key)
+  if (OpProfileEnabled()) {
+    for (int64_t t = 0; t < p.num_tokens; ++t) {
+      flops += 4.0 * p.num_heads * p.head_dim *
+               static_cast<double>(p.positions[t] + 1 - AttentionWindowStart(p.positions[t], p.sliding_window));
+    }
+  }
+  const ScopedOpTimer timer(OpKind::kAttention, flops);
+  PagedAttentionAt(cpu::DefaultAttentionIsa(), p);
+}
 
 void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParams& p) {
   const cpu::AttentionTileKernels kernels = cpu::AttentionTileAt(level);
   const int64_t group = p.num_heads / p.num_kv_heads;
   const int64_t d = p.head_dim;
-  std::vector<WorkItem> items;
-  items.reserve(p.num_tokens * p.num_kv_heads);
+  // Per token: its first window and the number of windows; partial rows of (token, KV head)
+  // at partial_base[t * num_kv_heads + kvh], one per window, in order.
+  std::vector<int64_t> first_window(p.num_tokens), num_windows(p.num_tokens), partial_base(p.num_tokens * p.num_kv_heads);
   int64_t num_partials = 0;
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const int64_t pos = p.positions[t];
-    const int64_t lo = AttentionWindowStart(pos, p.sliding_window);
-    const int64_t first = lo / kAttentionSplit, last = pos / kAttentionSplit;
+    first_window[t] = AttentionWindowStart(pos, p.sliding_window) / kAttentionSplit;
+    num_windows[t] = pos / kAttentionSplit - first_window[t] + 1;
     for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh) {
-      const int64_t n = last - first + 1;
-      for (int64_t s = first; s <= last; ++s) {
-        items.push_back({t, kvh, std::max(lo, s * kAttentionSplit), std::min(pos + 1, (s + 1) * kAttentionSplit),
-                         num_partials, n, s - first});
-      }
-      num_partials += n;
+      partial_base[t * p.num_kv_heads + kvh] = num_partials;
+      num_partials += num_windows[t];
     }
   }
-  // Partial results of split queries: [num_partials, group] x (m, l) and x d accumulators.
+  // Tokens grouped into runs that can share steps (WorkItem), then one item per run, KV head
+  // and window.
+  const bool can_group = p.sliding_window <= 0 && p.wide_index == nullptr;
+  const int64_t max_run = std::max<int64_t>(1, kMaxQueryRows / group);
+  std::vector<WorkItem> items;
+  for (int64_t t = 0; t < p.num_tokens;) {
+    int64_t nt = 1;
+    while (can_group && nt < max_run && t + nt < p.num_tokens && p.block_tables[t + nt] == p.block_tables[t] &&
+           p.positions[t + nt] == p.positions[t] + nt &&
+           p.positions[t + nt] / kAttentionSplit == p.positions[t] / kAttentionSplit) {
+      ++nt;
+    }
+    for (int64_t kvh = 0; kvh < p.num_kv_heads; ++kvh) {
+      for (int64_t s = first_window[t]; s < first_window[t] + num_windows[t]; ++s) {
+        const auto [lo, hi] = WindowKeys(p, t + nt - 1, s);
+        items.push_back({t, nt, kvh, s, nt * (hi - lo + 16)});
+      }
+    }
+    t += nt;
+  }
+  // Partial results per (token, KV head, window): [num_partials, group] x (m, l) and x d.
   std::vector<float> part_m(num_partials * group), part_l(num_partials * group), part_acc(num_partials * group * d);
   const KVReader reader(p);
   const std::vector<std::vector<int32_t>> bins = BalanceItems(items, NumThreads());
@@ -198,30 +270,33 @@ void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParam
     for (int64_t b = begin; b < end; ++b) {
       for (const int32_t i : bins[b]) {
         const WorkItem& it = items[i];
-        AttendRange(p, reader, kernels, it.t, it.kvh, it.lo, it.hi, w);
-        const int64_t row = (it.partial + it.split) * group;
-        for (int64_t g = 0; g < group; ++g) {
-          part_m[row + g] = w.m[g];
-          part_l[row + g] = w.l[g];
-          std::copy_n(&w.acc[g * cpu::TileAccStride(d)], d, &part_acc[(row + g) * d]);
+        AttendItem(p, reader, kernels, it, w);
+        for (int64_t j = 0; j < it.nt; ++j) {
+          const int64_t t = it.t + j;
+          const int64_t row = (partial_base[t * p.num_kv_heads + it.kvh] + it.window - first_window[t]) * group;
+          for (int64_t g = 0; g < group; ++g) {
+            part_m[row + g] = w.m[j * group + g];
+            part_l[row + g] = w.l[j * group + g];
+            std::copy_n(&w.acc[(j * group + g) * cpu::TileAccStride(d)], d, &part_acc[(row + g) * d]);
+          }
         }
       }
     }
   });
-  // Merge each (token, KV head)'s splits in order; one split reduces to acc / l.
-  ParallelFor(static_cast<int64_t>(items.size()), 16, [&](int64_t begin, int64_t end) {
+  // Merge each (token, KV head)'s windows in order; one window reduces to acc / l.
+  ParallelFor(p.num_tokens * p.num_kv_heads, 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const WorkItem& it = items[i];
-      if (it.split != 0) continue;
+      const int64_t t = i / p.num_kv_heads, kvh = i % p.num_kv_heads;
+      const int64_t base = partial_base[i], splits = num_windows[t];
       for (int64_t g = 0; g < group; ++g) {
         float m = -INFINITY;
-        for (int64_t s = 0; s < it.num_splits; ++s) m = std::max(m, part_m[(it.partial + s) * group + g]);
+        for (int64_t s = 0; s < splits; ++s) m = std::max(m, part_m[(base + s) * group + g]);
         float l = 0.0f;
-        float* o = p.out + (it.t * p.num_heads + it.kvh * group + g) * d;
+        float* o = p.out + (t * p.num_heads + kvh * group + g) * d;
         std::fill_n(o, d, 0.0f);
-        for (int64_t s = 0; s < it.num_splits; ++s) {
-          const int64_t row = (it.partial + s) * group + g;
-          const float c = it.num_splits == 1 ? 1.0f : std::exp(part_m[row] - m);
+        for (int64_t s = 0; s < splits; ++s) {
+          const int64_t row = (base + s) * group + g;
+          const float c = splits == 1 ? 1.0f : std::exp(part_m[row] - m);
           l += part_l[row] * c;
           cpu::Axpy(c, &part_acc[row * d], o, d);
         }

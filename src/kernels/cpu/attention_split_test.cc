@@ -103,5 +103,34 @@ TEST(AttentionSplitTest, SplitDecodeIsBitIdenticalWhateverTheBatchThreadsAndBloc
   SetNumThreads(2);
 }
 
+TEST(AttentionSplitTest, PrefillRunsAreBitIdenticalToTokensAlone) {
+  // A prefill's consecutive tokens share tile steps (up to 32 query rows): the whole prompt
+  // and a chunk that starts inside the first window must give each token the bits it gets
+  // alone, and match the reference.
+  struct Chunk {
+    int64_t len, num_queries;
+  };
+  for (const Chunk ch : {Chunk{1100, 1100}, Chunk{700, 200}}) {
+    LongContext c(ch.len, 16, ch.num_queries);
+    std::vector<float> batch(ch.num_queries * c.heads * c.d), ref(batch.size());
+    ref::PagedAttention(c.Params(ref.data(), 0, ch.num_queries));
+    for (IsaLevel level : cpu::SupportedAttentionIsas()) {
+      SCOPED_TRACE(IsaLevelName(level));
+      SetNumThreads(2);
+      PagedAttentionAt(level, c.Params(batch.data(), 0, ch.num_queries));
+      for (size_t i = 0; i < batch.size(); ++i) ASSERT_NEAR(batch[i], ref[i], 2e-5) << "len " << ch.len << " at " << i;
+      for (int64_t t = 0; t < ch.num_queries; ++t) {
+        const int64_t pos = c.positions[t];
+        if (t % 13 != 0 && pos % 64 > 1 && pos % 64 < 62 && t + 1 != ch.num_queries) continue;
+        std::vector<float> one(c.heads * c.d);
+        PagedAttentionAt(level, c.Params(one.data(), t, 1));
+        ASSERT_TRUE(std::equal(one.begin(), one.end(), batch.begin() + t * c.heads * c.d))
+            << "len " << ch.len << " position " << pos;
+      }
+    }
+  }
+  SetNumThreads(2);
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -58,6 +58,11 @@ struct AttentionTileArgs {
   const TileRow* k0 = nullptr;  // [n]
   const TileRow* k1 = nullptr;  // [n], unused when dk1 == 0
   const TileRow* v = nullptr;   // [n]
+  // Optional, [heads]: head h sees only keys [0, row_n[h]) of the n (its scores past them are
+  // -inf, its p exactly 0). A head with fewer keys gets the bits it gets from a step of
+  // row_n[h] keys alone (as long as the V rows it skips are finite: their products with p = 0
+  // are added), and a head with 0 keys is left unchanged (needs m > -inf).
+  const int32_t* row_n = nullptr;
 };
 
 // Per head h: running max m[h] (-inf before the first step), sum l[h] (0) and the
@@ -92,9 +97,10 @@ class TileScratch {
   int64_t size_ = 0;
 };
 
-// Floats of scratch one step needs.
+// Floats of scratch one step needs: the transposed K tile, the scores, the corrections and
+// (for V rows no wider than dk) the V rows widened to f32.
 inline int64_t TileScratchFloats(int64_t heads, int64_t dk) {
-  return (dk + heads) * kTileKeys + 2 * heads + 64;
+  return (2 * dk + heads) * kTileKeys + 2 * heads + 64;
 }
 
 struct AttentionTileKernels {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -114,7 +115,10 @@ PackedRowsFn PackedFn(IsaLevel level, const PackedWeights& pw) {
 
 void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64_t num_tokens,
                   float* y) {
-  QuantizedActivations xq;
+  // Kept between calls (no fresh pages per prefill). A reference, so the workers below read
+  // this thread's copy, not their own thread_local one.
+  thread_local QuantizedActivations kept;
+  QuantizedActivations& xq = kept;
   const bool quantized = pw.format != PackedWeights::Format::kFloat;  // Q8 or Q4 panels
   if (quantized) QuantizeActivations(x, num_tokens, pw.cols, false, &xq, true);
   const PackedRowsFn fn = PackedFn(level, pw);
@@ -137,6 +141,24 @@ void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64
 }
 
 }  // namespace
+
+float* ThreadScratch(int slot, int64_t n) {
+  struct Buffers {
+    float* data[4] = {};
+    int64_t size[4] = {};
+    ~Buffers() {
+      for (float* p : data) std::free(p);
+    }
+  };
+  thread_local Buffers b;
+  PAGODA_CHECK(slot >= 0 && slot < 4) << "ThreadScratch slot " << slot;
+  if (n > b.size[slot]) {
+    std::free(b.data[slot]);
+    b.size[slot] = std::max<int64_t>(n, b.size[slot] * 3 / 2);
+    b.data[slot] = static_cast<float*>(std::aligned_alloc(64, (b.size[slot] * 4 + 63) / 64 * 64));
+  }
+  return b.data[slot];
+}
 
 void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
               float* y) {
@@ -172,6 +194,7 @@ void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num
 }  // namespace matmul_internal
 
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) {
+  const ScopedOpTimer timer(OpKind::kMatMul, 2.0 * static_cast<double>(w.rows) * w.cols * num_tokens);
   matmul_internal::MatMulAt(matmul_internal::DefaultIsaLevel(), w, x, num_tokens, y);
 }
 

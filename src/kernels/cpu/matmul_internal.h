@@ -156,4 +156,9 @@ class AlignedFloats {
   float* data_;
 };
 
+// A 64-byte aligned buffer of at least n floats that belongs to the calling thread and is
+// kept (grown when needed) between calls, so a GEMM does not allocate and page in its
+// packing buffers on every call. Slots 0..3 are independent buffers; contents unspecified.
+float* ThreadScratch(int slot, int64_t n);
+
 }  // namespace pagoda::matmul_internal

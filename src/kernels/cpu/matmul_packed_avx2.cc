@@ -111,12 +111,12 @@ PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const float* x, int64_t nu
   const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (16 * kFloatKc * kElem<kW>));
   // All token tiles of one k-slice, packed k-major per tile: tile i at xp + i * kFloatKc * T.
   const int64_t num_tiles = (num_tokens + kFloatTokens - 1) / kFloatTokens;
-  AlignedFloats xp(num_tiles * kFloatKc * kFloatTokens);
+  float* const xp = ThreadScratch(0, num_tiles * kFloatKc * kFloatTokens);
   for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
     const int64_t k1 = Min(k0 + kFloatKc, n);
     for (int64_t i = 0; i < num_tiles; ++i) {
       const int64_t t = i * kFloatTokens, tt = Min(kFloatTokens, num_tokens - t);
-      float* dst = xp.data() + i * kFloatKc * kFloatTokens;
+      float* dst = xp + i * kFloatKc * kFloatTokens;
       for (int64_t k = k0; k < k1; ++k)
         for (int64_t j = 0; j < tt; ++j) dst[(k - k0) * tt + j] = x[(t + j) * n + k];
     }
@@ -124,7 +124,7 @@ PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const float* x, int64_t nu
       const int64_t re = Min(rb + block, p1);
       for (int64_t i = 0; i < num_tiles; ++i) {
         const int64_t t = i * kFloatTokens, tt = Min(kFloatTokens, num_tokens - t);
-        const float* xt = xp.data() + i * kFloatKc * kFloatTokens;
+        const float* xt = xp + i * kFloatKc * kFloatTokens;
         for (int64_t p = rb; p < re; ++p) {
           tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 16, ldy);
         }

@@ -202,19 +202,19 @@ PAGODA_AVX512 void FloatPanelsWidened(const PackedWeights& pw, const float* x, i
   const int64_t block = std::max<int64_t>(2, 2 * kL2WeightBudget / (32 * kFloatKc * 4));
   const int64_t tokens_per_tile = shape.tokens;
   const int64_t num_tiles = (num_tokens + tokens_per_tile - 1) / tokens_per_tile;
-  AlignedFloats xp(num_tiles * kFloatKc * tokens_per_tile);
+  float* const xp = ThreadScratch(0, num_tiles * kFloatKc * tokens_per_tile);
   constexpr int64_t kSliceBytes = kFloatKc * 32 * 4;
-  AlignedFloats wide(Min(block, p1 - p0) * kFloatKc * 32);
+  float* const wide = ThreadScratch(1, Min(block, p1 - p0) * kFloatKc * 32);
   for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
     const int64_t k1 = Min(k0 + kFloatKc, n);
-    PackActivationSlice(x, n, num_tokens, k0, k1, tokens_per_tile, xp.data());
+    PackActivationSlice(x, n, num_tokens, k0, k1, tokens_per_tile, xp);
     for (int64_t rb = p0; rb < p1; rb += block) {
       const int64_t re = Min(rb + block, p1);
-      for (int64_t p = rb; p < re; ++p) WidenSlice<kW>(pw.panel(p), k0, k1, wide.data() + (p - rb) * kFloatKc * 32);
-      const uint8_t* base = reinterpret_cast<const uint8_t*>(wide.data());
+      for (int64_t p = rb; p < re; ++p) WidenSlice<kW>(pw.panel(p), k0, k1, wide + (p - rb) * kFloatKc * 32);
+      const uint8_t* base = reinterpret_cast<const uint8_t*>(wide);
       for (int64_t i = 0; i < num_tiles; ++i) {
         const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
-        const float* xt = xp.data() + i * kFloatKc * tokens_per_tile;
+        const float* xt = xp + i * kFloatKc * tokens_per_tile;
         int64_t p = rb;
         for (; p + shape.panels <= re; p += shape.panels) {
           tiles[tt - 1](base + (p - rb) * kSliceBytes, kSliceBytes, xt, 0, k1 - k0, k0 == 0,
@@ -256,15 +256,15 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
   const int64_t tokens_per_tile = shape.tokens;
   // All token tiles of one k-slice, packed k-major per tile: tile i at xp + i * kFloatKc * T.
   const int64_t num_tiles = (num_tokens + tokens_per_tile - 1) / tokens_per_tile;
-  AlignedFloats xp(num_tiles * kFloatKc * tokens_per_tile);
+  float* const xp = ThreadScratch(0, num_tiles * kFloatKc * tokens_per_tile);
   for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
     const int64_t k1 = Min(k0 + kFloatKc, n);
-    PackActivationSlice(x, n, num_tokens, k0, k1, tokens_per_tile, xp.data());
+    PackActivationSlice(x, n, num_tokens, k0, k1, tokens_per_tile, xp);
     for (int64_t rb = p0; rb < p1; rb += block) {
       const int64_t re = Min(rb + block, p1);
       for (int64_t i = 0; i < num_tiles; ++i) {
         const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
-        const float* xt = xp.data() + i * kFloatKc * tokens_per_tile;
+        const float* xt = xp + i * kFloatKc * tokens_per_tile;
         int64_t p = rb;
         for (; p + shape.panels <= re; p += shape.panels) {
           tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 32, ldy);
@@ -460,16 +460,18 @@ PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const QuantizedActivations&
   const int64_t tp = shape.tokens;
   const int64_t num_tiles = (num_tokens + tp - 1) / tp;
   const int64_t slice = kQ8BlocksPerSlice;
-  std::vector<int32_t> x4(num_tiles * slice * 8 * tp), bias(num_tiles * slice * tp);
-  std::vector<float> dx(num_tiles * slice * tp);
+  // Packed activations of one slice, kept per thread between calls.
+  int32_t* const x4 = reinterpret_cast<int32_t*>(ThreadScratch(0, num_tiles * slice * 8 * tp));
+  int32_t* const bias = reinterpret_cast<int32_t*>(ThreadScratch(1, num_tiles * slice * tp));
+  float* const dx = ThreadScratch(2, num_tiles * slice * tp);
   const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (slice * (kCodeBytes<kQ4> + 32)));
   for (int64_t b0 = 0; b0 < nb; b0 += slice) {
     const int64_t b1 = Min(b0 + slice, nb);
     for (int64_t i = 0; i < num_tiles; ++i) {  // pack this slice's activations
       const int64_t t = i * tp, tt = Min(tp, num_tokens - t);
-      int32_t* x4t = x4.data() + i * slice * 8 * tp;
-      int32_t* bt = bias.data() + i * slice * tp;
-      float* dt = dx.data() + i * slice * tp;
+      int32_t* x4t = x4 + i * slice * 8 * tp;
+      int32_t* bt = bias + i * slice * tp;
+      float* dt = dx + i * slice * tp;
       for (int64_t b = b0; b < b1; ++b) {
         for (int64_t j = 0; j < tt; ++j) {
           for (int quad = 0; quad < 8; ++quad) {
@@ -485,7 +487,7 @@ PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const QuantizedActivations&
       const int64_t re = Min(rb + block, p1);
       for (int64_t i = 0; i < num_tiles; ++i) {
         const int64_t t = i * tp, tt = Min(tp, num_tokens - t);
-        const QPack xpk{x4.data() + i * slice * 8 * tp, bias.data() + i * slice * tp, dx.data() + i * slice * tp};
+        const QPack xpk{x4 + i * slice * 8 * tp, bias + i * slice * tp, dx + i * slice * tp};
         int64_t p = rb;
         for (; p + shape.panels <= re; p += shape.panels) {
           tiles[tt - 1](pw, p, xpk, b0, b1, b0 == 0, y + t * ldy + (p - p0) * 16, ldy);

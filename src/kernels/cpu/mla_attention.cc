@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/op_profile.h"
 #include "core/parallel.h"
 #include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/kv_quant.h"
@@ -92,7 +93,10 @@ void CheckMlaFormats(const MlaAttentionParams& p) {
   }
 }
 
-void MlaAttention(const MlaAttentionParams& p) { MlaAttentionAt(cpu::DefaultAttentionIsa(), p); }
+void MlaAttention(const MlaAttentionParams& p) {
+  const ScopedOpTimer timer(OpKind::kAttention);
+  MlaAttentionAt(cpu::DefaultAttentionIsa(), p);
+}
 
 void MlaAttentionAt(matmul_internal::IsaLevel level, const MlaAttentionParams& p) {
   CheckMlaFormats(p);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/op_profile.h"
 #include "core/parallel.h"
 #include "kernels/cpu/matmul_internal.h"
 
@@ -136,6 +137,7 @@ void QuantizeActivationsAt(IsaLevel level, const float* x, int64_t num_tokens, i
 
 void QuantizeActivations(const float* x, int64_t num_tokens, int64_t cols, bool with_offset_sums,
                          QuantizedActivations* out, bool with_bias128) {
+  const ScopedOpTimer timer(OpKind::kQuantize);
   static const IsaLevel level = DefaultIsaLevel();
   QuantizeActivationsAt(level, x, num_tokens, cols, with_offset_sums, out, with_bias128);
 }

@@ -42,5 +42,7 @@ struct RooflineBounds {
   std::string isa;  // MatMulIsaName()
 };
 RooflineBounds MeasureRoofline();
+// The compute peaks only (fma, bf16, int8; read_gbs = 0): a fraction of a second.
+RooflineBounds MeasureComputePeaks();
 
 }  // namespace pagoda

@@ -16,7 +16,9 @@ TEST(RooflineTest, ReadProbeBufferIsFarLargerThanTheLastLevelCache) {
   const int64_t probe = ReadProbeBytes();
   const int64_t quarter_of_memory = int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGESIZE) / 4;
   EXPECT_GE(probe, std::min<int64_t>(int64_t{1} << 30, quarter_of_memory));
-  if (4 * llc <= quarter_of_memory) EXPECT_GE(probe, 4 * llc);
+  if (4 * llc <= quarter_of_memory) {
+    EXPECT_GE(probe, 4 * llc);
+  }
   EXPECT_LE(probe, std::max<int64_t>(quarter_of_memory, int64_t{64} << 20));
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/op_profile.h"
 #include "core/parallel.h"
 
 namespace pagoda {
@@ -26,6 +27,7 @@ RopeTable MakeRopeTable(const RopeParams& rope, const int32_t* positions, int64_
 
 void ApplyRope(const RopeParams& rope, const RopeTable& table, int64_t num_tokens,
                int64_t num_heads, int64_t head_stride, int64_t offset, float* x) {
+  const ScopedOpTimer timer(OpKind::kRope);
   const int64_t half = table.half;
   ParallelFor(num_tokens, std::max<int64_t>(1, 4096 / std::max<int64_t>(num_heads * half, 1)),
               [&](int64_t t0, int64_t t1) {

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <span>
 #include <utility>
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "core/op_profile.h"
 #include "core/parallel.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
@@ -23,13 +25,6 @@ void AddBias(const std::vector<float>& bias, int64_t num_tokens, float* x) {
   for (int64_t t = 0; t < num_tokens; ++t) {
     for (int64_t i = 0; i < n; ++i) x[t * n + i] += bias[i];
   }
-}
-
-// x += h, on all threads.
-void AddInPlace(const float* h, int64_t n, float* x) {
-  ParallelFor((n + 4095) / 4096, 4, [&](int64_t c0, int64_t c1) {
-    for (int64_t i = c0 * 4096, e = std::min(n, c1 * 4096); i < e; ++i) x[i] += h[i];
-  });
 }
 
 }  // namespace
@@ -112,11 +107,16 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
                static_cast<int64_t>(batch.block_tables.size()) == n)
       << "inconsistent batch";
 
-  std::vector<float> x(n * dim), h(n * dim), q(n * q_dim), k(n * kv_dim), v(n * kv_dim);
-  std::vector<float> attn(n * q_dim), gate(n * ffn), up, fused;
-  if (!fused_.empty() && (fused_[0].qkv.rows > 0 || fused_[0].gate_up.rows > 0)) {
-    fused.resize(n * std::max(q_dim + 2 * kv_dim, 2 * ffn));  // stacked projections' output
-  }
+  // Every buffer is written before it is read, so stale contents never matter.
+  auto buffer = [](std::vector<float>& b, int64_t size) {
+    if (static_cast<int64_t>(b.size()) < size) b.resize(size);
+    return std::span<float>(b.data(), size);
+  };
+  const bool stacked = !fused_.empty() && (fused_[0].qkv.rows > 0 || fused_[0].gate_up.rows > 0);
+  const std::span<float> x = buffer(ws_.x, n * dim), h = buffer(ws_.h, n * dim), q = buffer(ws_.q, n * q_dim),
+                         k = buffer(ws_.k, n * kv_dim), v = buffer(ws_.v, n * kv_dim),
+                         attn = buffer(ws_.attn, n * q_dim), gate = buffer(ws_.gate, n * ffn),
+                         fused = buffer(ws_.fused, stacked ? n * std::max(q_dim + 2 * kv_dim, 2 * ffn) : 0);
 
   for (int64_t t = 0; t < n; ++t) {
     const int32_t id = batch.token_ids[t];
@@ -177,7 +177,7 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
       MatMul(F.gate_up, h.data(), n, fused.data());
       SiluMulRows(fused.data(), n, ffn, gate.data());
     } else {
-      up.resize(n * ffn);
+      const std::span<float> up = buffer(ws_.up, n * ffn);
       MatMul(L.w_gate, h.data(), n, gate.data());
       MatMul(L.w_up, h.data(), n, up.data());
       SiluMul(gate.data(), up.data(), n * ffn, gate.data());

@@ -57,6 +57,12 @@ class LlamaModel : public Model {
   };
   std::vector<std::shared_ptr<const PackedWeights>> packed_;
   std::vector<FusedProjections> fused_;
+  // Activation buffers of Forward, kept between calls (one Forward at a time): a prefill
+  // does not page in and zero fresh memory for every call. Grown to the largest batch seen.
+  struct Workspace {
+    std::vector<float> x, h, q, k, v, attn, gate, up, fused;
+  };
+  Workspace ws_;
   RopeParams rope_;
   std::vector<int32_t> eos_ids_;
 };
