@@ -49,13 +49,15 @@ KVStorageShape EvalCacheShape(const Model& model, const KVCacheChoice& c, int64_
                             model.spec().kv_shape().mla);
 }
 
-std::vector<float> SequenceLogits(Model& model, const std::vector<int32_t>& ids,
-                                  const KVCacheChoice& choice, int64_t chunk) {
+std::vector<float> ChunkedSequenceLogits(Model& model, const std::vector<int32_t>& ids, KVStorage& cache,
+                                         int64_t chunk, const ForwardObserver* observer) {
   const int64_t n = static_cast<int64_t>(ids.size());
   const int64_t vocab = model.spec().vocab_size;
-  const int64_t bs = choice.quant.block_size;
-  KVStorage cache(EvalCacheShape(model, choice, n));
-  std::vector<int32_t> table(cache.shape().num_blocks);
+  const int64_t bs = cache.shape().block_size;
+  const int64_t num_blocks = (n + bs - 1) / bs;
+  PAGODA_CHECK(num_blocks <= cache.shape().num_blocks) << "cache of " << cache.shape().num_blocks
+                                                       << " blocks for " << n << " tokens";
+  std::vector<int32_t> table(num_blocks);
   std::iota(table.rbegin(), table.rend(), 0);  // scrambled: real paging
   std::vector<float> logits(n * vocab);
   for (int64_t start = 0; start < n; start += chunk) {
@@ -69,9 +71,15 @@ std::vector<float> SequenceLogits(Model& model, const std::vector<int32_t>& ids,
       b.block_tables.push_back(table.data());
       b.logits_indices.push_back(static_cast<int32_t>(i));
     }
-    model.Forward(b, cache, logits.data() + start * vocab);
+    model.Forward(b, cache, logits.data() + start * vocab, observer);
   }
   return logits;
+}
+
+std::vector<float> SequenceLogits(Model& model, const std::vector<int32_t>& ids,
+                                  const KVCacheChoice& choice, int64_t chunk) {
+  KVStorage cache(EvalCacheShape(model, choice, static_cast<int64_t>(ids.size())));
+  return ChunkedSequenceLogits(model, ids, cache, chunk);
 }
 
 std::vector<int32_t> CorpusStream(const Tokenizer& tokenizer, const std::string& text,

@@ -36,6 +36,12 @@ struct KVCacheChoice {
 // The KVStorageShape of `choice` for `model` with room for num_tokens tokens.
 KVStorageShape EvalCacheShape(const Model& model, const KVCacheChoice& choice, int64_t num_tokens);
 
+// Logits [n, vocab] of every position of one sequence, run through `cache` in chunks of
+// `chunk` tokens. Block j of the sequence is cache block ceil(n / block size) - 1 - j (a
+// reversed table, so paging is real); the cache needs at least that many blocks.
+std::vector<float> ChunkedSequenceLogits(Model& model, const std::vector<int32_t>& ids, KVStorage& cache,
+                                         int64_t chunk, const ForwardObserver* observer = nullptr);
+
 // Runs ids through the model at positions 0..n-1 on a fresh cache of `choice` (one prefill
 // of `chunk` tokens at a time, blocks in scrambled order); returns logits [n, vocab] f32.
 std::vector<float> SequenceLogits(Model& model, const std::vector<int32_t>& ids,
