@@ -9,9 +9,13 @@
 // cpu::AttentionTileKernels (attention_tile.h), run-time dispatched: AVX-512, AVX2 or portable,
 // at the level the MatMul uses (PAGODA_MATMUL_ISA=generic|avx2|avx512 or the best the CPU has).
 //
+// A prefill's consecutive tokens of one sequence (up to 32 query rows) share every tile step,
+// the causal diagonal included (each row limited to its own keys), so a K/V tile is read and
+// converted once for all of them.
+//
 // Determinism: the tiles depend only on positions, not on block_size, the batch or the
-// thread split; one thread computes a whole (token, KV head) pair (one split of it for long
-// contexts). For a given ISA level every output is one fixed sequence of operations over its
+// thread split; one thread computes a whole (run of tokens, KV head) pair (one split of it for
+// long contexts), and a step's arithmetic per (row, key) does not depend on the other rows. For a given ISA level every output is one fixed sequence of operations over its
 // own query and keys; AVX2 and AVX-512 give the same bits, the portable level may differ from
 // them in the last bits.
 #pragma once
