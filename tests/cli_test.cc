@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -87,11 +88,56 @@ TEST(CliTest, ErrorsExitNonZeroWithNothingOnStdout) {
        {std::string("generate --model /nonexistent.gguf"), std::string("generate --model dummy:no-such-preset"),
         std::string("generate"), std::string("generate --model dummy:llama-tiny --temperature abc"),
         "generate --model " + Stories("stories260K.gguf") + " --prompt-ids 1,x",
-        "generate --model " + Stories("stories260K.gguf") + " --max-tokens 0"}) {
+        "generate --model " + Stories("stories260K.gguf") + " --max-tokens 0",
+        "bench latency --model " + Stories("stories260K.gguf") + " --input-len 0 --json",
+        "bench latency --model " + Stories("stories260K.gguf") + " --num-iters 0 --json",
+        "bench latency --model " + Stories("stories260K.gguf") + " --output-len 0 --json"}) {
     const CliRun r = Pagoda(args);
     EXPECT_GE(r.exit_code, 1) << args;
     EXPECT_LE(r.exit_code, 127) << args;
+    EXPECT_EQ(r.out, "") << args;
   }
+}
+
+TEST(CliTest, BenchLatencyJsonReportsEveryRunAgainstItsBoundsAndTheTimeByKernel) {
+  const CliRun r = Pagoda("bench latency --model " + Stories("stories260K.gguf") +
+                          " --input-len 16 --output-len 4 --num-iters 2 --threads 2 --json");
+  ASSERT_EQ(r.exit_code, 0);
+  const auto j = nlohmann::json::parse(r.out);  // throws if stdout holds anything else
+  constexpr int kLayers = 5;                    // stories260K
+  const auto& runs = j.at("runs");
+  ASSERT_EQ(runs.size(), 2u);
+  double lo = 1e30, hi = 0;
+  for (const auto& run : runs) {
+    const double tps = run.at("prefill_tokens_per_s").get<double>();
+    lo = std::min(lo, tps);
+    hi = std::max(hi, tps);
+    EXPECT_GT(run.at("prefill_bound_tokens_per_s").get<double>(), 0.0);
+    EXPECT_NEAR(run.at("prefill_fraction_of_bound").get<double>(),
+                tps / run.at("prefill_bound_tokens_per_s").get<double>(), 1e-9);
+    EXPECT_GT(run.at("decode_fraction_of_bound").get<double>(), 0.0);
+    ASSERT_EQ(run.at("read_gbs_before_after").size(), 2u);
+    EXPECT_GT(run.at("read_gbs_before_after")[0].get<double>(), 0.0);
+    EXPECT_GT(run.at("fma_gflops_before_after")[1].get<double>(), 0.0);
+    // One attention, one KV write and two RoPE calls per layer and step; two norms per layer
+    // plus the final one.
+    const auto& pre = run.at("prefill_time_by_kernel");
+    const auto& dec = run.at("decode_time_by_kernel");
+    EXPECT_EQ(pre.at("attention").at("calls").get<int>(), kLayers);
+    EXPECT_EQ(pre.at("kv write").at("calls").get<int>(), kLayers);
+    EXPECT_EQ(pre.at("rope").at("calls").get<int>(), 2 * kLayers);
+    EXPECT_EQ(pre.at("norm").at("calls").get<int>(), 2 * kLayers + 1);
+    EXPECT_EQ(dec.at("attention").at("calls").get<int>(), 4 * kLayers);
+    EXPECT_GT(pre.at("matmul").at("gops_per_s").get<double>(), 0.0);
+    double shares = 0;
+    for (const auto& [kind, k] : pre.items()) {
+      EXPECT_GE(k.at("share").get<double>(), 0.0) << kind;  // "other" included: timers nest in the phase
+      shares += k.at("share").get<double>();
+    }
+    EXPECT_NEAR(shares, 1.0, 1e-9);
+  }
+  // The reported speed is the median: with two runs, their mean.
+  EXPECT_NEAR(j.at("prefill_tokens_per_s").get<double>(), (lo + hi) / 2, 1e-6 * hi);
 }
 
 }  // namespace
