@@ -93,8 +93,9 @@ struct KVReader {
 static_assert(kAttentionTile <= cpu::kTileKeys);
 
 struct Scratch {
-  std::vector<float> kq, vq, acc, m, l, q;  // dequantized rows of a tile; per query row m, l, acc
-  std::vector<int32_t> row_n;               // keys per query row in a diagonal tile
+  std::vector<float> kq, vq, q;  // dequantized rows of a tile; the query rows side by side
+  std::vector<int32_t> row_n;    // keys per query row in a diagonal tile
+  cpu::TileStateBuffers state;   // per query row m, l, acc
   cpu::TileRow k[cpu::kTileKeys], v[cpu::kTileKeys];
   cpu::TileScratch tile;
 };
@@ -119,24 +120,21 @@ std::pair<int64_t, int64_t> WindowKeys(const PagedAttentionParams& p, int64_t t,
   return {lo, std::min(pos + 1, (s + 1) * kAttentionSplit)};
 }
 
-// Runs the item, leaving per query row (token i, head g at row i * group + g) the running
-// max m, sum l and the unnormalized accumulator in w.acc (rows of cpu::TileAccStride(d)).
+// Runs the item; returns per query row (token i, head g at row i * group + g) the running
+// max m, sum l and the unnormalized accumulator (in w.state).
 // Each token's keys go through the same tiles (aligned to kAttentionTile) as when it is
 // alone, every tile stepped once for all the item's rows (on the causal diagonal each row
 // limited to its own keys); a step's arithmetic per (row, key) does not depend on the other
 // rows (attention_tile.h), so the bits are those of the token alone.
-void AttendItem(const PagedAttentionParams& p, const KVReader& reader, const cpu::AttentionTileKernels& kernels,
-                const WorkItem& it, Scratch& w) {
+cpu::AttentionTileState AttendItem(const PagedAttentionParams& p, const KVReader& reader,
+                                   const cpu::AttentionTileKernels& kernels, const WorkItem& it, Scratch& w) {
   const int64_t group = p.num_heads / p.num_kv_heads;
   const int64_t d = p.head_dim;
   const int64_t rows = it.nt * group;
   const int32_t* table = p.block_tables[it.t];
   w.kq.resize(kAttentionTile * d);  // used by quantized rows only
   w.vq.resize(kAttentionTile * d);
-  const int64_t stride = cpu::TileAccStride(d);
-  w.acc.assign(rows * stride, 0.0f);
-  w.m.assign(rows, -INFINITY);
-  w.l.assign(rows, 0.0f);
+  const cpu::AttentionTileState st = w.state.Reset(rows, d);
   cpu::AttentionTileArgs a;
   if (it.nt == 1) {
     a.q = p.q + (it.t * p.num_heads + it.kvh * group) * d;
@@ -155,7 +153,6 @@ void AttendItem(const PagedAttentionParams& p, const KVReader& reader, const cpu
   a.v = w.v;
   float* scratch = w.tile.Get(cpu::TileScratchFloats(rows, d));
   a.heads = rows;
-  const cpu::AttentionTileState st{w.m.data(), w.l.data(), w.acc.data(), stride};
   const auto [lo, common_hi] = WindowKeys(p, it.t, it.window);  // the first token reads the fewest keys
   const int64_t first_tile = lo / kAttentionTile * kAttentionTile;
   // Tiles every token reads whole (all of them for one token): one step each for all rows.
@@ -168,7 +165,7 @@ void AttendItem(const PagedAttentionParams& p, const KVReader& reader, const cpu
     reader.Rows(first, b, p.positions[it.t], table, it.kvh, w.kq.data(), w.vq.data(), w.k, w.v);
     kernels.step(a, st, scratch);
   }
-  if (it.nt == 1) return;
+  if (it.nt == 1) return st;
   // The causal diagonal: still one step per tile for all rows, token i's rows limited to its
   // own keys (row_n; a row past its last key is left unchanged), as when it is alone.
   const int64_t last_hi = WindowKeys(p, it.t + it.nt - 1, it.window).second;
@@ -186,6 +183,7 @@ void AttendItem(const PagedAttentionParams& p, const KVReader& reader, const cpu
     reader.Rows(first, b, p.positions[it.t + it.nt - 1], table, it.kvh, w.kq.data(), w.vq.data(), w.k, w.v);
     kernels.step(a, st, scratch);
   }
+  return st;
 }
 
 // The items dealt to `bins` bins of about equal work (longest first, each to the least loaded
@@ -266,18 +264,18 @@ void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParam
   const KVReader reader(p);
   const std::vector<std::vector<int32_t>> bins = BalanceItems(items, NumThreads());
   ParallelFor(static_cast<int64_t>(bins.size()), 1, [&](int64_t begin, int64_t end) {
-    Scratch w;
+    thread_local Scratch w;  // kept per thread between calls: no allocation per layer and step
     for (int64_t b = begin; b < end; ++b) {
       for (const int32_t i : bins[b]) {
         const WorkItem& it = items[i];
-        AttendItem(p, reader, kernels, it, w);
+        const cpu::AttentionTileState st = AttendItem(p, reader, kernels, it, w);
         for (int64_t j = 0; j < it.nt; ++j) {
           const int64_t t = it.t + j;
           const int64_t row = (partial_base[t * p.num_kv_heads + it.kvh] + it.window - first_window[t]) * group;
           for (int64_t g = 0; g < group; ++g) {
-            part_m[row + g] = w.m[j * group + g];
-            part_l[row + g] = w.l[j * group + g];
-            std::copy_n(&w.acc[(j * group + g) * cpu::TileAccStride(d)], d, &part_acc[(row + g) * d]);
+            part_m[row + g] = st.m[j * group + g];
+            part_l[row + g] = st.l[j * group + g];
+            std::copy_n(st.acc + (j * group + g) * st.acc_stride, d, &part_acc[(row + g) * d]);
           }
         }
       }

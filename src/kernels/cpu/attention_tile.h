@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -73,6 +74,19 @@ struct AttentionTileState {
   float* l = nullptr;
   float* acc = nullptr;
   int64_t acc_stride = 0;
+};
+
+// Storage for the running state of `rows` query rows, reused from one walk over the keys to
+// the next: Reset gives m = -inf, l = 0 and zero accumulators (padding included).
+struct TileStateBuffers {
+  std::vector<float> m, l, acc;
+  AttentionTileState Reset(int64_t rows, int64_t dv) {
+    const int64_t stride = TileAccStride(dv);
+    m.assign(rows, -std::numeric_limits<float>::infinity());
+    l.assign(rows, 0.0f);
+    acc.assign(rows * stride, 0.0f);
+    return {m.data(), l.data(), acc.data(), stride};
+  }
 };
 
 // Scratch of one thread: 64-byte aligned floats, grown on demand, reused across steps.

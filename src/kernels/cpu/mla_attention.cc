@@ -29,7 +29,8 @@ inline cpu::TileRow CacheRow(const void* cache, const KVArrayFormat& f, DType wi
 }
 
 struct Scratch {
-  std::vector<float> c, pe, acc, m, l;  // dequantized rows of a tile; per head m, l, acc
+  std::vector<float> c, pe;      // dequantized rows of a tile
+  cpu::TileStateBuffers state;  // per head m, l, acc
   cpu::TileRow c_rows[cpu::kTileKeys], pe_rows[cpu::kTileKeys];
   cpu::TileScratch tile;
 };
@@ -44,10 +45,7 @@ void AttendHeads(const MlaAttentionParams& p, const cpu::AttentionTileKernels& k
   const int32_t* table = p.block_tables[t];
   w.c.resize(kMlaAttentionTile * r);  // used by quantized rows only
   w.pe.resize(kMlaAttentionTile * dr);
-  const int64_t stride = cpu::TileAccStride(r);
-  w.acc.assign(heads * stride, 0.0f);
-  w.m.assign(heads, -INFINITY);
-  w.l.assign(heads, 0.0f);
+  const cpu::AttentionTileState st = w.state.Reset(heads, r);
   cpu::AttentionTileArgs a;
   a.heads = heads;
   a.q = p.q + (t * p.num_heads + h0) * p.q_stride();
@@ -59,7 +57,6 @@ void AttendHeads(const MlaAttentionParams& p, const cpu::AttentionTileKernels& k
   a.k0 = w.c_rows;
   a.k1 = w.pe_rows;
   a.v = w.c_rows;  // the latent is both the key (with k_pe) and the value
-  const cpu::AttentionTileState st{w.m.data(), w.l.data(), w.acc.data(), stride};
   float* scratch = w.tile.Get(cpu::TileScratchFloats(heads, r + dr));
 
   for (int64_t first = 0; first <= pos; first += kMlaAttentionTile) {
@@ -74,8 +71,8 @@ void AttendHeads(const MlaAttentionParams& p, const cpu::AttentionTileKernels& k
   }
   for (int64_t g = 0; g < heads; ++g) {
     float* o = p.out + (t * p.num_heads + h0 + g) * r;
-    const float inv = 1.0f / w.l[g];
-    for (int64_t i = 0; i < r; ++i) o[i] = w.acc[g * stride + i] * inv;
+    const float inv = 1.0f / st.l[g];
+    for (int64_t i = 0; i < r; ++i) o[i] = st.acc[g * st.acc_stride + i] * inv;
   }
 }
 
@@ -103,7 +100,7 @@ void MlaAttentionAt(matmul_internal::IsaLevel level, const MlaAttentionParams& p
   const cpu::AttentionTileKernels kernels = cpu::AttentionTileAt(level);
   const int64_t chunks = (p.num_heads + kMlaHeadsPerItem - 1) / kMlaHeadsPerItem;
   ParallelFor(p.num_tokens * chunks, 1, [&](int64_t begin, int64_t end) {
-    Scratch w;
+    thread_local Scratch w;  // kept per thread between calls: no allocation per layer and step
     for (int64_t i = begin; i < end; ++i) {
       const int64_t h0 = (i % chunks) * kMlaHeadsPerItem;
       AttendHeads(p, kernels, i / chunks, h0, std::min(h0 + kMlaHeadsPerItem, p.num_heads), w);
