@@ -155,7 +155,8 @@ float* ThreadScratch(int slot, int64_t n) {
   if (n > b.size[slot]) {
     std::free(b.data[slot]);
     b.size[slot] = std::max<int64_t>(n, b.size[slot] * 3 / 2);
-    b.data[slot] = static_cast<float*>(std::aligned_alloc(64, (b.size[slot] * 4 + 63) / 64 * 64));
+    // 64 bytes of slack past the end, as vector tails may read a partial line beyond n.
+    b.data[slot] = static_cast<float*>(std::aligned_alloc(64, (b.size[slot] * 4 + 63) / 64 * 64 + 64));
   }
   return b.data[slot];
 }

@@ -146,13 +146,13 @@ PAGODA_AVX2 void RowsFloat(const WeightMatrix& w, const float* x, int64_t num_to
   // in `state` between slices.
   constexpr int64_t kKc = 512, kTc = 48;
   const int64_t block = RowsPerL2Block(w.row_bytes, 2);
-  AlignedFloats state(Min(block, r1 - r0) * kTc * 8);
+  float* const state = ThreadScratch(1, Min(block, r1 - r0) * kTc * 8);
   for (int64_t rb = r0; rb < r1; rb += block) {
     const int64_t re = Min(rb + block, r1);
     for (int64_t tc = 0; tc < num_tokens; tc += kTc) {
       const int64_t te = Min(tc + kTc, num_tokens);
       for (int64_t k0 = 0; k0 < n; k0 += kKc) {
-        const KSlice ks{k0, Min(k0 + kKc, n), state.data(), rb, tc, kTc};
+        const KSlice ks{k0, Min(k0 + kKc, n), state, rb, tc, kTc};
         for (int64_t t = tc; t < te; t += 6) {
           const int64_t tt = Min(6, te - t);
           int64_t r = rb;

@@ -150,13 +150,13 @@ PAGODA_AVX512 void RowsFloat(const WeightMatrix& w, const float* x, int64_t num_
   // in `state` between slices (stored and reloaded exactly).
   constexpr int64_t kKc = 1024, kTc = 48;
   const int64_t block = RowsPerL2Block(w.row_bytes, 4);
-  AlignedFloats state(Min(block, r1 - r0) * kTc * 16);
+  float* const state = ThreadScratch(1, Min(block, r1 - r0) * kTc * 16);
   for (int64_t rb = r0; rb < r1; rb += block) {
     const int64_t re = Min(rb + block, r1);
     for (int64_t tc = 0; tc < num_tokens; tc += kTc) {
       const int64_t te = Min(tc + kTc, num_tokens);
       for (int64_t k0 = 0; k0 < n; k0 += kKc) {
-        const KSlice ks{k0, Min(k0 + kKc, n), state.data(), rb, tc, kTc};
+        const KSlice ks{k0, Min(k0 + kKc, n), state, rb, tc, kTc};
         for (int64_t t = tc; t < te; t += 6) {
           const int64_t tt = Min(6, te - t);
           int64_t r = rb;
@@ -272,31 +272,31 @@ PAGODA_AVX512 void RowsBf16(const WeightMatrix& w, const float* x, int64_t num_t
                             int64_t r1, float* y) {
   const int64_t n = w.cols;
   const int64_t n_pad = (n + 31) & ~int64_t{31};
-  AlignedFloats xp(num_tokens * n_pad);
-  RepackEvenOdd(x, num_tokens, n, xp.data());
+  float* const xp = ThreadScratch(0, num_tokens * n_pad);
+  RepackEvenOdd(x, num_tokens, n, xp);
   if (num_tokens == 1) {
     const KSlice all{0, n};
     int64_t r = r0;
-    for (; r + 8 <= r1; r += 8) TileBf16<8, 1>(w, xp.data(), r, 0, all, y);
-    for (; r < r1; ++r) TileBf16<1, 1>(w, xp.data(), r, 0, all, y);
+    for (; r + 8 <= r1; r += 8) TileBf16<8, 1>(w, xp, r, 0, all, y);
+    for (; r < r1; ++r) TileBf16<1, 1>(w, xp, r, 0, all, y);
     return;
   }
   // GEMM tiles of 4 rows x 4 tokens: 16 accumulators + 8 widened weights + 2 x (more
   // accumulators spill).
   constexpr int64_t kKc = 1024, kTc = 48;
   const int64_t block = RowsPerL2Block(w.row_bytes, 4);
-  AlignedFloats state(Min(block, r1 - r0) * kTc * 16);
+  float* const state = ThreadScratch(1, Min(block, r1 - r0) * kTc * 16);
   for (int64_t rb = r0; rb < r1; rb += block) {
     const int64_t re = Min(rb + block, r1);
     for (int64_t tc = 0; tc < num_tokens; tc += kTc) {
       const int64_t te = Min(tc + kTc, num_tokens);
       for (int64_t k0 = 0; k0 < n; k0 += kKc) {
-        const KSlice ks{k0, Min(k0 + kKc, n), state.data(), rb, tc, kTc};
+        const KSlice ks{k0, Min(k0 + kKc, n), state, rb, tc, kTc};
         for (int64_t t = tc; t < te; t += 4) {
           const int64_t tt = Min(4, te - t);
           int64_t r = rb;
-          for (; r + 4 <= re; r += 4) kTileBf16<4>[tt - 1](w, xp.data(), r, t, ks, y);
-          for (; r < re; ++r) kTileBf16<1>[tt - 1](w, xp.data(), r, t, ks, y);
+          for (; r + 4 <= re; r += 4) kTileBf16<4>[tt - 1](w, xp, r, t, ks, y);
+          for (; r < re; ++r) kTileBf16<1>[tt - 1](w, xp, r, t, ks, y);
         }
       }
     }

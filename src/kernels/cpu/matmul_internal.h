@@ -142,20 +142,6 @@ struct KSlice {
   }
 };
 
-// A 64-byte aligned scratch array of floats.
-class AlignedFloats {
- public:
-  explicit AlignedFloats(int64_t n)
-      : data_(static_cast<float*>(std::aligned_alloc(64, ((n * 4 + 63) / 64) * 64 + 64))) {}
-  ~AlignedFloats() { std::free(data_); }
-  AlignedFloats(const AlignedFloats&) = delete;
-  AlignedFloats& operator=(const AlignedFloats&) = delete;
-  float* data() const { return data_; }
-
- private:
-  float* data_;
-};
-
 // A 64-byte aligned buffer of at least n floats that belongs to the calling thread and is
 // kept (grown when needed) between calls, so a GEMM does not allocate and page in its
 // packing buffers on every call. Slots 0..3 are independent buffers; contents unspecified.
