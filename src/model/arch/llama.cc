@@ -112,7 +112,10 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
     if (static_cast<int64_t>(b.size()) < size) b.resize(size);
     return std::span<float>(b.data(), size);
   };
-  const bool stacked = !fused_.empty() && (fused_[0].qkv.rows > 0 || fused_[0].gate_up.rows > 0);
+  // Any layer may be stacked (a mixed-type file can stack some layers and not others).
+  const bool stacked = std::any_of(fused_.begin(), fused_.end(), [](const FusedProjections& f) {
+    return f.qkv.rows > 0 || f.gate_up.rows > 0;
+  });
   const std::span<float> x = buffer(ws_.x, n * dim), h = buffer(ws_.h, n * dim), q = buffer(ws_.q, n * q_dim),
                          k = buffer(ws_.k, n * kv_dim), v = buffer(ws_.v, n * kv_dim),
                          attn = buffer(ws_.attn, n * q_dim), gate = buffer(ws_.gate, n * ffn),
