@@ -47,6 +47,23 @@ struct KVReader {
     return p.own_block_wide || pos - key < p.recent_tokens;
   }
 
+  // The cache lines of the K and V rows of keys [a, b) for KV head kvh, for prefetching: the
+  // plain cache only (quantized or wide rows are dequantized or chosen per query), else none.
+  void NextLines(int64_t a, int64_t b, const int32_t* table, int64_t kvh, std::vector<const void*>* lines) const {
+    lines->clear();
+    if (p.wide_index != nullptr || quantized) return;
+    const int64_t d = p.head_dim;
+    const int64_t k_row = d * k_elem, v_row = d * v_elem;
+    for (int64_t key = a; key < b; ++key) {
+      const int64_t bi = key / p.block_size;
+      const int64_t index = ((int64_t{table[bi]} * p.block_size + key - bi * p.block_size) * p.num_kv_heads + kvh) * d;
+      const char* kp = static_cast<const char*>(p.k_cache) + index * k_elem;
+      const char* vp = static_cast<const char*>(p.v_cache) + index * v_elem;
+      for (int64_t o = 0; o < k_row; o += 64) lines->push_back(kp + o);
+      for (int64_t o = 0; o < v_row; o += 64) lines->push_back(vp + o);
+    }
+  }
+
   // The K and V rows of keys [a, b) for the KV head kvh of a query at `pos`: wide rows in
   // place, quantized ones dequantized into k_buf / v_buf (head_dim floats per key).
   void Rows(int64_t a, int64_t b, int64_t pos, const int32_t* table, int64_t kvh, float* k_buf,
@@ -98,6 +115,7 @@ struct Scratch {
   cpu::TileStateBuffers state;   // per query row m, l, acc
   cpu::TileRow k[cpu::kTileKeys], v[cpu::kTileKeys];
   cpu::TileScratch tile;
+  std::vector<const void*> prefetch;
 };
 
 // Query rows (tokens x group heads) one step serves at most; a prefill groups this many
@@ -163,8 +181,14 @@ cpu::AttentionTileState AttendItem(const PagedAttentionParams& p, const KVReader
     const int64_t first = std::max(tile, lo);
     a.n = b - first;
     reader.Rows(first, b, p.positions[it.t], table, it.kvh, w.kq.data(), w.vq.data(), w.k, w.v);
+    // The next tile's rows are requested while this one computes (a decode reads its K/V from
+    // memory: it was last touched a whole step ago).
+    reader.NextLines(b, std::min(b + kAttentionTile, shared_end), table, it.kvh, &w.prefetch);
+    a.prefetch = w.prefetch.data();
+    a.num_prefetch = static_cast<int64_t>(w.prefetch.size());
     kernels.step(a, st, scratch);
   }
+  a.num_prefetch = 0;
   if (it.nt == 1) return st;
   // The causal diagonal: still one step per tile for all rows, token i's rows limited to its
   // own keys (row_n; a row past its last key is left unchanged), as when it is alone.
@@ -260,7 +284,15 @@ void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParam
     t += nt;
   }
   // Partial results per (token, KV head, window): [num_partials, group] x (m, l) and x d.
-  std::vector<float> part_m(num_partials * group), part_l(num_partials * group), part_acc(num_partials * group * d);
+  // Kept between calls (a prefill's partials are megabytes: fresh pages every layer cost more
+  // than the merge). Every entry is written by exactly one item before the merge reads it.
+  thread_local std::vector<float> kept_m, kept_l, kept_acc;
+  if (kept_m.size() < static_cast<size_t>(num_partials * group)) kept_m.resize(num_partials * group);
+  if (kept_l.size() < static_cast<size_t>(num_partials * group)) kept_l.resize(num_partials * group);
+  if (kept_acc.size() < static_cast<size_t>(num_partials * group * d)) kept_acc.resize(num_partials * group * d);
+  float* const part_m = kept_m.data();
+  float* const part_l = kept_l.data();
+  float* const part_acc = kept_acc.data();
   const KVReader reader(p);
   const std::vector<std::vector<int32_t>> bins = BalanceItems(items, NumThreads());
   ParallelFor(static_cast<int64_t>(bins.size()), 1, [&](int64_t begin, int64_t end) {

@@ -64,6 +64,10 @@ struct AttentionTileArgs {
   // row_n[h] keys alone (as long as the V rows it skips are finite: their products with p = 0
   // are added), and a head with 0 keys is left unchanged (needs m > -inf).
   const int32_t* row_n = nullptr;
+  // Optional: cache lines to prefetch while the step computes (the next tile's K/V rows), issued
+  // a few at a time between the multiply-adds so the memory requests overlap the arithmetic.
+  const void* const* prefetch = nullptr;
+  int64_t num_prefetch = 0;
 };
 
 // Per head h: running max m[h] (-inf before the first step), sum l[h] (0) and the
