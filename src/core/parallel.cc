@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <vector>
 
 namespace pagoda {
 namespace {
@@ -33,6 +34,50 @@ void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
     const int64_t begin = n * t / nt;
     const int64_t end = n * (t + 1) / nt;
     if (begin < end) fn(begin, end);
+  }
+}
+
+void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (n <= 0) return;
+  const int threads = static_cast<int>(std::min<int64_t>(NumThreads(), n));
+  if (threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  if (n > 0x7fffffff) {  // beyond the packed bounds: plain dynamic scheduling
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  // Range r is [front, back) packed in one word (front in the high half): its owner takes the
+  // front item, another thread the back one, each with one compare-and-swap.
+  struct alignas(64) Range {
+    std::atomic<uint64_t> bounds;
+  };
+  std::vector<Range> ranges(threads);
+  for (int r = 0; r < threads; ++r) {
+    const uint64_t lo = static_cast<uint64_t>(n * r / threads), hi = static_cast<uint64_t>(n * (r + 1) / threads);
+    ranges[r].bounds.store(lo << 32 | hi, std::memory_order_relaxed);
+  }
+  auto take = [&](int r, bool front) -> int64_t {
+    uint64_t b = ranges[r].bounds.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t lo = b >> 32, hi = b & 0xffffffffu;
+      if (lo >= hi) return -1;
+      const uint64_t next = front ? (lo + 1) << 32 | hi : lo << 32 | (hi - 1);
+      if (ranges[r].bounds.compare_exchange_weak(b, next, std::memory_order_acq_rel)) {
+        return static_cast<int64_t>(front ? lo : hi - 1);
+      }
+    }
+  };
+#pragma omp parallel num_threads(threads)
+  {
+    const int me = omp_get_thread_num();
+    for (int64_t i; (i = take(me, true)) >= 0;) fn(i);
+    for (int k = 1; k < threads; ++k) {
+      const int other = (me + k) % threads;
+      for (int64_t i; (i = take(other, false)) >= 0;) fn(i);
+    }
   }
 }
 

@@ -19,4 +19,14 @@ void SetNumThreads(int n);
 // `grain` is the smallest range worth giving one thread.
 void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+// Calls fn(i) once for every i in [0, n), balancing the threads as they run: [0, n) is split
+// into one contiguous range per thread, each thread takes the items of its own range in
+// increasing order (so consecutive items of one thread are neighbours in memory: a streaming
+// kernel keeps one stream), and a thread whose range is done takes the remaining items of the
+// others from their ends. For items of unequal or unpredictable cost: on a shared machine one
+// core may run slower than the other for a while, and a static split then leaves the faster
+// one waiting at the end. Which thread computes an item must not change its result (the
+// same contract as ParallelFor).
+void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn);
+
 }  // namespace pagoda

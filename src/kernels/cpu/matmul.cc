@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -107,40 +108,127 @@ PackedRowsFn PackedFn(IsaLevel level, const PackedWeights& pw) {
   const auto packed_level = static_cast<IsaLevel>(pw.isa_level);
   if (static_cast<int>(level) >= static_cast<int>(packed_level)) {
     const bool quantized = pw.format != PackedWeights::Format::kFloat;
-    if (packed_level == IsaLevel::kAvx512 && pw.panel_rows == (quantized ? 16 : 32)) return &PackedRowsAvx512;
+    if (packed_level == IsaLevel::kAvx512 && pw.panel_rows == 32) return &PackedRowsAvx512;
     if (packed_level == IsaLevel::kAvx2 && !quantized && pw.panel_rows == 16) return &PackedRowsAvx2;
   }
   return &PackedRowsGeneric;
 }
 
+int64_t PackedTileTokens(IsaLevel level, const PackedWeights& pw) {
+  const PackedRowsFn fn = PackedFn(level, pw);
+  if (fn == &PackedRowsAvx512) return PackedTileTokensAvx512(pw);
+  if (fn == &PackedRowsAvx2) return PackedTileTokensAvx2(pw);
+  return 0;
+}
+
+// The work items of a packed MatMul, balanced across the threads (ParallelForDynamic): the
+// GEMV in chunks of an even number of panels (~64 KiB of weights or more), the GEMM in blocks of 256 rows by all tokens,
+// or by token ranges (multiples of the token tile) when the rows alone give too few items to
+// keep every thread busy to the end. The last panel, when padded, is one more item through a
+// scratch tile. No split changes a result (matmul_internal.h).
 void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64_t num_tokens,
                   float* y) {
-  // Kept between calls (no fresh pages per prefill). A reference, so the workers below read
-  // this thread's copy, not their own thread_local one.
+  // Kept between calls (no fresh pages per prefill). References, so the workers below read
+  // this thread's copies, not their own thread_local ones.
   thread_local QuantizedActivations kept;
+  thread_local std::vector<float> kept_tiles;
+  thread_local QuantizedTokenTiles kept_q_tiles;
   QuantizedActivations& xq = kept;
   const bool quantized = pw.format != PackedWeights::Format::kFloat;  // Q8 or Q4 panels
   if (quantized) QuantizeActivations(x, num_tokens, pw.cols, false, &xq, true);
   const PackedRowsFn fn = PackedFn(level, pw);
+  PackedInputs in;
+  in.x = x;
+  in.xq = quantized ? &xq : nullptr;
+  const int64_t tile = num_tokens > 1 ? PackedTileTokens(level, pw) : 0;
+  if (tile > 0 && !quantized) {
+    const int64_t num_tiles = (num_tokens + tile - 1) / tile;
+    kept_tiles.resize(num_tiles * tile * pw.cols);
+    PackTokenTiles(x, num_tokens, pw.cols, tile, kept_tiles.data());
+    in.x_tiles = kept_tiles.data();
+    in.tile_tokens = tile;
+  } else if (tile > 0) {
+    PackQuantizedTokenTiles(xq, tile, pw.format == PackedWeights::Format::kQ4, &kept_q_tiles);
+    in.q_tiles = &kept_q_tiles;
+    in.tile_tokens = tile;
+  }
   const int64_t pr = pw.panel_rows;
   const int64_t full = pw.rows / pr;  // panels without padding rows
-  const int64_t work = pr * pw.cols * num_tokens;
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(work, 1));
-  ParallelFor(pw.num_panels, grain, [&](int64_t p0, int64_t p1) {
-    const int64_t e = std::min(p1, full);
-    if (p0 < e) fn(pw, x, quantized ? &xq : nullptr, num_tokens, p0, e, y + p0 * pr, pw.rows);
-    if (p1 > full) {  // the last panel, padded: through a scratch tile
+  int64_t panels_per_item = 0, token_ranges = 1, tokens_per_range = num_tokens;
+  if (num_tokens == 1) {
+    panels_per_item = std::max<int64_t>(2, (int64_t{64} << 10) / std::max<int64_t>(pw.panel_bytes, 1)) / 2 * 2;
+  } else {
+    panels_per_item = std::max<int64_t>(1, 256 / pr);
+    const int64_t row_items = (full + panels_per_item - 1) / panels_per_item;
+    const int64_t want = 4 * NumThreads();
+    if (row_items > 0 && row_items < want) {
+      const int64_t unit = tile > 0 ? tile : 8;
+      const int64_t ranges = std::min((want + row_items - 1) / row_items, (num_tokens + unit - 1) / unit);
+      tokens_per_range = ((num_tokens + ranges - 1) / ranges + unit - 1) / unit * unit;
+      token_ranges = (num_tokens + tokens_per_range - 1) / tokens_per_range;
+    }
+  }
+  const int64_t row_items = (full + panels_per_item - 1) / panels_per_item;
+  const int64_t items = row_items * token_ranges + (pw.num_panels > full ? 1 : 0);
+  ParallelForDynamic(items, [&](int64_t i) {
+    if (i == row_items * token_ranges) {  // the last panel, padded: through a scratch tile
       std::vector<float> tmp(num_tokens * pr);
-      fn(pw, x, quantized ? &xq : nullptr, num_tokens, full, full + 1, tmp.data(), pr);
+      fn(pw, in, 0, num_tokens, full, full + 1, tmp.data(), pr);
       const int64_t valid = pw.rows - full * pr;
       for (int64_t t = 0; t < num_tokens; ++t) {
         std::copy_n(&tmp[t * pr], valid, y + t * pw.rows + full * pr);
+      }
+      return;
+    }
+    const int64_t r = i / token_ranges, c = i % token_ranges;
+    const int64_t p0 = r * panels_per_item, p1 = std::min(full, p0 + panels_per_item);
+    const int64_t t0 = c * tokens_per_range, t1 = std::min(num_tokens, t0 + tokens_per_range);
+    fn(pw, in, t0, t1, p0, p1, y + t0 * pw.rows + p0 * pr, pw.rows);
+  });
+}
+
+}  // namespace
+
+void PackQuantizedTokenTiles(const QuantizedActivations& xq, int64_t tokens_per_tile, bool q4,
+                             QuantizedTokenTiles* out) {
+  const int64_t num_tokens = xq.num_tokens, nb = xq.num_blocks, T = tokens_per_tile;
+  const int64_t num_tiles = (num_tokens + T - 1) / T;
+  out->x4.resize(num_tiles * nb * 8 * T);
+  out->bias.resize(num_tiles * nb * T);
+  out->d.resize(num_tiles * nb * T);
+  ParallelFor(num_tiles, std::max<int64_t>(1, 256 / std::max<int64_t>(nb, 1)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i * T, tt = std::min(T, num_tokens - t);
+      int32_t* x4 = out->x4.data() + i * nb * 8 * T;
+      int32_t* bias = out->bias.data() + i * nb * T;
+      float* d = out->d.data() + i * nb * T;
+      for (int64_t j = 0; j < tt; ++j) {
+        const int8_t* q = xq.q_row(t + j);
+        const int32_t* b128 = xq.bias128_row(t + j);
+        const float* dx = xq.d_row(t + j);
+        for (int64_t b = 0; b < nb; ++b) {
+          for (int64_t u = 0; u < 8; ++u) std::memcpy(&x4[(b * 8 + u) * tt + j], q + b * 32 + u * 4, 4);
+          bias[b * tt + j] = q4 ? b128[b] / 16 : b128[b];
+          d[b * tt + j] = dx[b];
+        }
       }
     }
   });
 }
 
-}  // namespace
+void PackTokenTiles(const float* x, int64_t num_tokens, int64_t cols, int64_t tokens_per_tile, float* out) {
+  const int64_t num_tiles = (num_tokens + tokens_per_tile - 1) / tokens_per_tile;
+  ParallelFor(num_tiles, std::max<int64_t>(1, 8192 / std::max<int64_t>(cols, 1)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i * tokens_per_tile, tt = std::min(tokens_per_tile, num_tokens - t);
+      float* dst = out + i * cols * tokens_per_tile;
+      for (int64_t j = 0; j < tt; ++j) {
+        const float* src = x + (t + j) * cols;
+        for (int64_t k = 0; k < cols; ++k) dst[k * tt + j] = src[k];
+      }
+    }
+  });
+}
 
 float* ThreadScratch(int slot, int64_t n) {
   struct Buffers {

@@ -4,7 +4,9 @@
 //
 //   MatMul ──► level = forced level, else PAGODA_MATMUL_ISA, else the best the CPU has
 //          ──► quantized weights: x quantized once per token (QuantizeActivations)
-//          ──► ParallelFor over output rows ──► MatMulRows<level>(rows [r0, r1), all tokens)
+//          ──► packed weights: activations packed once into token tiles (shared), then
+//              ParallelForDynamic over (panel block, token range) items ──► PackedRows<level>
+//          ──► row-major weights: ParallelFor over output rows ──► MatMulRows<level>
 //
 // Every level computes each output y[t, r] with ONE fixed sequence of operations over
 // k that does not depend on which other rows or tokens share its register tile:
@@ -98,21 +100,54 @@ void MatMulRowsAvx2(const WeightMatrix& w, const float* x, const QuantizedActiva
 void MatMulRowsAvx512(const WeightMatrix& w, const float* x, const QuantizedActivations* xq,
                       int64_t num_tokens, int64_t r0, int64_t r1, float* y);
 
-// Packed kernels (packed_weights.h): the outputs of panels [p0, p1) for every token,
-// y[t * ldy + (p - p0) * panel_rows + i] for row p * panel_rows + i (padding rows of the
-// last panel included: the caller gives room for them). x: f32 [num_tokens, cols];
-// xq: not null iff the format is kQ8 (with bias128). Each output is one accumulator
-// over k in increasing order (k-slices chained through y exactly), so any token or
-// panel split gives the same bits.
-using PackedRowsFn = void (*)(const PackedWeights& pw, const float* x,
-                              const QuantizedActivations* xq, int64_t num_tokens, int64_t p0,
-                              int64_t p1, float* y, int64_t ldy);
-void PackedRowsGeneric(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
-                       int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy);
-void PackedRowsAvx2(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
-                    int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy);
-void PackedRowsAvx512(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
-                      int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy);
+struct QuantizedTokenTiles;
+
+// Packed kernels (packed_weights.h). The inputs of one packed MatMul, shared by its work
+// items: the f32 activations, their quantized form (Q8/Q4 panels), and for the float GEMM of
+// the AVX2 / AVX-512 levels the same activations in token tiles (PackTokenTiles).
+struct PackedInputs {
+  const float* x = nullptr;                  // f32 [num_tokens, cols]
+  const QuantizedActivations* xq = nullptr;  // not null iff the format is kQ8/kQ4 (with bias128)
+  const float* x_tiles = nullptr;            // token tiles, or null when the level packs none
+  int64_t tile_tokens = 0;                   // tokens per tile of x_tiles / q_tiles
+  // Quantized GEMM at AVX-512: xq in token tiles (PackQuantizedTokenTiles), or null.
+  const QuantizedTokenTiles* q_tiles = nullptr;
+};
+
+// Quantized activations in token tiles of T tokens for the integer GEMM tiles: for tile i (tokens
+// [i * T, i * T + tt)) and block b, the 4 codes of quad u of token j as one int32 at
+// x4[i * nb * 8 * T + (b * 8 + u) * tt + j], the block's -128 * sum(codes) at
+// bias[i * nb * T + b * tt + j] and its scale at d[same]: a tile broadcasts them from one
+// pointer with constant offsets. Q4 panels: bias holds -8 * sum(codes).
+struct QuantizedTokenTiles {
+  std::vector<int32_t> x4, bias;
+  std::vector<float> d;
+};
+void PackQuantizedTokenTiles(const QuantizedActivations& xq, int64_t tokens_per_tile, bool q4,
+                             QuantizedTokenTiles* out);
+
+// Token tiles: tile i holds tokens [i * T, i * T + tt) (tt = T but for the last tile) k-major,
+// out[i * cols * T + k * tt + j] = x[(i * T + j) * cols + k], so a register tile broadcasts its
+// tokens' activations from one pointer with constant offsets. Parallel over tiles.
+void PackTokenTiles(const float* x, int64_t num_tokens, int64_t cols, int64_t tokens_per_tile, float* out);
+
+// One work item: the outputs of panels [p0, p1) for tokens [t0, t1), written at
+// y[(t - t0) * ldy + (p - p0) * panel_rows + i] for row p * panel_rows + i (padding rows of the
+// last panel included: the caller gives room for them). t0 is a multiple of in.tile_tokens when
+// x_tiles is used. Each output is one accumulator over k in increasing order (k-slices chained
+// through y exactly), so any token or panel split gives the same bits.
+using PackedRowsFn = void (*)(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1,
+                              int64_t p0, int64_t p1, float* y, int64_t ldy);
+void PackedRowsGeneric(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1, int64_t p0,
+                       int64_t p1, float* y, int64_t ldy);
+void PackedRowsAvx2(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1, int64_t p0,
+                    int64_t p1, float* y, int64_t ldy);
+void PackedRowsAvx512(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1, int64_t p0,
+                      int64_t p1, float* y, int64_t ldy);
+// Tokens of the level's GEMM register tile for these panels (the tile of x_tiles for float
+// panels; quantized panels read their codes in place); 0: no fixed tile.
+int64_t PackedTileTokensAvx2(const PackedWeights& pw);
+int64_t PackedTileTokensAvx512(const PackedWeights& pw);
 
 // Row block sizes: rows of one block are reused across all token tiles while they sit
 // in L2, so W is read from memory once per block of tokens.

@@ -93,11 +93,14 @@ using FloatGemmFn = void (*)(const uint8_t*, int64_t, const float*, int64_t, int
 template <DType kW, int P, int... Ts>
 constexpr FloatGemmFn<kW> kFloatGemm[] = {&FloatGemmTile<kW, P, Ts>...};
 
+// Panels [p0, p1) x tokens [t0, t1): the GEMV streams each panel once; the GEMM walks k in
+// slices, rows in blocks that stay in L2 and the token tiles of in.x_tiles (kFloatTokens each).
 template <DType kW>
-PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const float* x, int64_t num_tokens,
+PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1,
                              int64_t p0, int64_t p1, float* y, int64_t ldy) {
   const int64_t n = pw.cols;
-  if (num_tokens == 1) {
+  if (t1 - t0 == 1) {
+    const float* x = in.x + t0 * n;
     int64_t p = p0;
     for (; p + 2 <= p1; p += 2) {
       FloatGemmTile<kW, 2, 1, true>(pw.panel(p), pw.panel_bytes, x, 0, n, true, y + (p - p0) * 16, ldy);
@@ -109,24 +112,15 @@ PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const float* x, int64_t nu
   }
   const FloatGemmFn<kW>* tiles = kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6>;
   const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (16 * kFloatKc * kElem<kW>));
-  // All token tiles of one k-slice, packed k-major per tile: tile i at xp + i * kFloatKc * T.
-  const int64_t num_tiles = (num_tokens + kFloatTokens - 1) / kFloatTokens;
-  float* const xp = ThreadScratch(0, num_tiles * kFloatKc * kFloatTokens);
   for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
     const int64_t k1 = Min(k0 + kFloatKc, n);
-    for (int64_t i = 0; i < num_tiles; ++i) {
-      const int64_t t = i * kFloatTokens, tt = Min(kFloatTokens, num_tokens - t);
-      float* dst = xp + i * kFloatKc * kFloatTokens;
-      for (int64_t k = k0; k < k1; ++k)
-        for (int64_t j = 0; j < tt; ++j) dst[(k - k0) * tt + j] = x[(t + j) * n + k];
-    }
     for (int64_t rb = p0; rb < p1; rb += block) {
       const int64_t re = Min(rb + block, p1);
-      for (int64_t i = 0; i < num_tiles; ++i) {
-        const int64_t t = i * kFloatTokens, tt = Min(kFloatTokens, num_tokens - t);
-        const float* xt = xp + i * kFloatKc * kFloatTokens;
+      for (int64_t t = t0; t < t1; t += kFloatTokens) {
+        const int64_t tt = Min(kFloatTokens, t1 - t);
+        const float* xt = in.x_tiles + (t / kFloatTokens) * n * kFloatTokens + k0 * tt;
         for (int64_t p = rb; p < re; ++p) {
-          tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 16, ldy);
+          tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + (t - t0) * ldy + (p - p0) * 16, ldy);
         }
       }
     }
@@ -135,13 +129,16 @@ PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const float* x, int64_t nu
 
 }  // namespace
 
-void PackedRowsAvx2(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
-                    int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy) {
-  (void)xq;  // float panels only
-  switch (pw.dtype) {
-    case DType::kF32: FloatPanels<DType::kF32>(pw, x, num_tokens, p0, p1, y, ldy); return;
-    case DType::kF16: FloatPanels<DType::kF16>(pw, x, num_tokens, p0, p1, y, ldy); return;
-    default: FloatPanels<DType::kBF16>(pw, x, num_tokens, p0, p1, y, ldy); return;
+int64_t PackedTileTokensAvx2(const PackedWeights& pw) {
+  return pw.format == PackedWeights::Format::kFloat ? kFloatTokens : 0;
+}
+
+void PackedRowsAvx2(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1, int64_t p0,
+                    int64_t p1, float* y, int64_t ldy) {
+  switch (pw.dtype) {  // float panels only
+    case DType::kF32: FloatPanels<DType::kF32>(pw, in, t0, t1, p0, p1, y, ldy); return;
+    case DType::kF16: FloatPanels<DType::kF16>(pw, in, t0, t1, p0, p1, y, ldy); return;
+    default: FloatPanels<DType::kBF16>(pw, in, t0, t1, p0, p1, y, ldy); return;
   }
 }
 

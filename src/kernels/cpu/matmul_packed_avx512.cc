@@ -5,14 +5,16 @@
 //   Float panels (32 rows; F32, F16, BF16): per k one panel step gives two vectors of 16
 //   rows (BF16: one 64-byte load, a shift and an AND); a GEMM tile is 1 panel x 12 tokens
 //   = 24 accumulators, a GEMV tile 2 panels x 1 token.
-//   Q8 panels (16 rows): per 32-block and token, 8 vpdpbusd (4 k of 16 rows each) into an
-//   integer sum that starts at -128 * sum(x codes), then acc += float(isum) * (dw * dx);
-//   GEMM tile 2 panels x 6 tokens, GEMV tile 2 panels x 1 token. Q4 panels (Q4_0) run the
-//   same tiles: per block 4 loads of nibbles, each split (AND, shift+AND) into the codes
-//   of 4 low and 4 high k, the sum starting at -8 * sum(x codes).
+//   Q8 panels (32 rows, blocks one after the other: one stream per panel): per 32-block, row
+//   group of 16 and token, 8 vpdpbusd (4 k of 16 rows each) into an integer sum that starts at
+//   -128 * sum(x codes), then acc += float(isum) * (dw * dx); GEMM tile 1 panel x 6 tokens,
+//   GEMV tile 1 panel x 1 token. Q4 panels (Q4_0) run the same tiles: per block 4 loads of
+//   nibbles, each split (AND, shift+AND) into the codes of 4 low and 4 high k, the sum
+//   starting at -8 * sum(x codes).
 // GEMM walks k in slices (float: 256 k, q8: 32 blocks) chained through y, rows in blocks
-// that stay in L2 and token tiles that stay in L1; GEMV streams each panel once with a
-// software prefetch ahead (panels are contiguous, so it runs into the next panel).
+// that stay in L2 and the token tiles the caller packed once for all threads (PackedInputs);
+// GEMV streams each panel once with a software prefetch 8 KiB ahead into L2 (panels are
+// contiguous, so it runs into the next panel).
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsics as uninitialized.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -39,12 +41,13 @@ namespace {
 
 constexpr int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// Bytes ahead of the current weight the GEMV prefetches (within and across panels).
-// PAGODA_GEMV_PREFETCH=bytes overrides it (tuning).
+// Bytes ahead of the current weight the GEMV prefetches into L2 (within and across panels):
+// 8 KiB into L2 streamed 5-10% faster than 4 KiB into L1 on the Sapphire Rapids-class host
+// (docs/benchmarks.md). PAGODA_GEMV_PREFETCH=bytes overrides it (tuning).
 const int64_t kPrefetchAhead = [] {
   const char* v = std::getenv("PAGODA_GEMV_PREFETCH");
   const long b = v != nullptr ? std::atol(v) : 0;
-  return b >= 64 && b <= (1 << 20) ? static_cast<int64_t>(b) / 64 * 64 : int64_t{4096};
+  return b >= 64 && b <= (1 << 20) ? static_cast<int64_t>(b) / 64 * 64 : int64_t{8192};
 }();
 // Panels one GEMV tile streams at once (1 or 2; PAGODA_GEMV_PANELS overrides, tuning).
 const int kGemvPanels = [] {
@@ -98,9 +101,9 @@ PAGODA_AVX512 void FloatGemmTile(const uint8_t* panel, int64_t panel_bytes, cons
     __m512 w[P][2];
     for (int q = 0; q < P; ++q) {
       if constexpr (kPrefetch) {
-        _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead), _MM_HINT_T1);
         if constexpr (kW == DType::kF32) {
-          _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead + 64), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(wp[q] + kPrefetchAhead + 64), _MM_HINT_T1);
         }
       }
       LoadPanelStep<kW>(wp[q], w[q], high);
@@ -155,18 +158,6 @@ const FloatGemmFn<kW>* FloatGemmTable(TileShape shape) {
   return kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
 }
 
-// Packs the activations of k-slice [k0, k1) for every token tile: tile i at
-// xp + i * kFloatKc * tokens_per_tile, [k - k0][tt] within it.
-PAGODA_AVX512 void PackActivationSlice(const float* x, int64_t n, int64_t num_tokens, int64_t k0,
-                                       int64_t k1, int64_t tokens_per_tile, float* xp) {
-  for (int64_t t = 0, i = 0; t < num_tokens; t += tokens_per_tile, ++i) {
-    const int64_t tt = Min(tokens_per_tile, num_tokens - t);
-    float* dst = xp + i * kFloatKc * tokens_per_tile;
-    for (int64_t k = k0; k < k1; ++k)
-      for (int64_t j = 0; j < tt; ++j) dst[(k - k0) * tt + j] = x[(t + j) * n + k];
-  }
-}
-
 // BF16/F16 GEMM: each row block's k-slice is widened to f32 once (exactly, rows in natural
 // order) and then run through the F32 tiles, so the conversion is paid once per slice instead
 // of once per token tile. The FMAs are the same as FloatGemmTile<kW>'s: same bits.
@@ -193,36 +184,33 @@ PAGODA_AVX512 void WidenSlice(const uint8_t* panel, int64_t k0, int64_t k1, floa
 }
 
 template <DType kW>
-PAGODA_AVX512 void FloatPanelsWidened(const PackedWeights& pw, const float* x, int64_t num_tokens,
+PAGODA_AVX512 void FloatPanelsWidened(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1,
                                       int64_t p0, int64_t p1, float* y, int64_t ldy) {
   const int64_t n = pw.cols;
   const TileShape shape = FloatShape();
   const FloatGemmFn<DType::kF32>* tiles = FloatGemmTable<DType::kF32>(shape);
   const FloatGemmFn<DType::kF32>* single = kFloatGemm<DType::kF32, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
   const int64_t block = std::max<int64_t>(2, 2 * kL2WeightBudget / (32 * kFloatKc * 4));
-  const int64_t tokens_per_tile = shape.tokens;
-  const int64_t num_tiles = (num_tokens + tokens_per_tile - 1) / tokens_per_tile;
-  float* const xp = ThreadScratch(0, num_tiles * kFloatKc * tokens_per_tile);
+  const int64_t T = in.tile_tokens;
   constexpr int64_t kSliceBytes = kFloatKc * 32 * 4;
   float* const wide = ThreadScratch(1, Min(block, p1 - p0) * kFloatKc * 32);
   for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
     const int64_t k1 = Min(k0 + kFloatKc, n);
-    PackActivationSlice(x, n, num_tokens, k0, k1, tokens_per_tile, xp);
     for (int64_t rb = p0; rb < p1; rb += block) {
       const int64_t re = Min(rb + block, p1);
       for (int64_t p = rb; p < re; ++p) WidenSlice<kW>(pw.panel(p), k0, k1, wide + (p - rb) * kFloatKc * 32);
       const uint8_t* base = reinterpret_cast<const uint8_t*>(wide);
-      for (int64_t i = 0; i < num_tiles; ++i) {
-        const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
-        const float* xt = xp + i * kFloatKc * tokens_per_tile;
+      for (int64_t t = t0; t < t1; t += T) {
+        const int64_t tt = Min(T, t1 - t);
+        const float* xt = in.x_tiles + (t / T) * n * T + k0 * tt;
         int64_t p = rb;
         for (; p + shape.panels <= re; p += shape.panels) {
           tiles[tt - 1](base + (p - rb) * kSliceBytes, kSliceBytes, xt, 0, k1 - k0, k0 == 0,
-                        y + t * ldy + (p - p0) * 32, ldy);
+                        y + (t - t0) * ldy + (p - p0) * 32, ldy);
         }
         for (; p < re; ++p) {
           single[tt - 1](base + (p - rb) * kSliceBytes, kSliceBytes, xt, 0, k1 - k0, k0 == 0,
-                         y + t * ldy + (p - p0) * 32, ldy);
+                         y + (t - t0) * ldy + (p - p0) * 32, ldy);
         }
       }
     }
@@ -230,10 +218,11 @@ PAGODA_AVX512 void FloatPanelsWidened(const PackedWeights& pw, const float* x, i
 }
 
 template <DType kW>
-PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t num_tokens,
+PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1,
                                int64_t p0, int64_t p1, float* y, int64_t ldy) {
   const int64_t n = pw.cols;
-  if (num_tokens == 1) {
+  if (t1 - t0 == 1) {
+    const float* x = in.x + t0 * n;
     int64_t p = p0;
     for (; kGemvPanels == 2 && p + 2 <= p1; p += 2) {
       FloatGemmTile<kW, 2, 1, true>(pw.panel(p), pw.panel_bytes, x, 0, n, true, y + (p - p0) * 32, ldy);
@@ -245,7 +234,7 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
   }
   if constexpr (kW != DType::kF32) {
     if (WidenSlices()) {
-      FloatPanelsWidened<kW>(pw, x, num_tokens, p0, p1, y, ldy);
+      FloatPanelsWidened<kW>(pw, in, t0, t1, p0, p1, y, ldy);
       return;
     }
   }
@@ -253,24 +242,20 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
   const FloatGemmFn<kW>* tiles = FloatGemmTable<kW>(shape);
   const FloatGemmFn<kW>* single = kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
   const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (32 * kFloatKc * kElem<kW>));
-  const int64_t tokens_per_tile = shape.tokens;
-  // All token tiles of one k-slice, packed k-major per tile: tile i at xp + i * kFloatKc * T.
-  const int64_t num_tiles = (num_tokens + tokens_per_tile - 1) / tokens_per_tile;
-  float* const xp = ThreadScratch(0, num_tiles * kFloatKc * tokens_per_tile);
+  const int64_t T = in.tile_tokens;
   for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
     const int64_t k1 = Min(k0 + kFloatKc, n);
-    PackActivationSlice(x, n, num_tokens, k0, k1, tokens_per_tile, xp);
     for (int64_t rb = p0; rb < p1; rb += block) {
       const int64_t re = Min(rb + block, p1);
-      for (int64_t i = 0; i < num_tiles; ++i) {
-        const int64_t t = i * tokens_per_tile, tt = Min(tokens_per_tile, num_tokens - t);
-        const float* xt = xp + i * kFloatKc * tokens_per_tile;
+      for (int64_t t = t0; t < t1; t += T) {
+        const int64_t tt = Min(T, t1 - t);
+        const float* xt = in.x_tiles + (t / T) * n * T + k0 * tt;
         int64_t p = rb;
         for (; p + shape.panels <= re; p += shape.panels) {
-          tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 32, ldy);
+          tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + (t - t0) * ldy + (p - p0) * 32, ldy);
         }
         for (; p < re; ++p) {
-          single[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + t * ldy + (p - p0) * 32, ldy);
+          single[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + (t - t0) * ldy + (p - p0) * 32, ldy);
         }
       }
     }
@@ -278,221 +263,167 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const float* x, int64_t 
 }
 
 // ---- q8 / q4 panels -----------------------------------------------------------------
+// A panel is 32 rows, two groups of 16 (G = 2 vectors of rows); its blocks follow each other
+// (packed_weights.h), so the GEMV reads one sequential stream per panel.
 
 constexpr int64_t kQ8BlocksPerSlice = 32;
-// Code bytes of one block of a 16-row panel: Q8 8 quads of 64 bytes, Q4 4 quads of nibbles.
+constexpr int kGroups = 2;  // 16-row groups of a 32-row panel
+// Code bytes of one block of one 16-row group: Q8 8 quads of 64 bytes, Q4 4 quads of nibbles.
 template <bool kQ4>
-constexpr int64_t kCodeBytes = kQ4 ? 4 * 64 : 8 * 64;
+constexpr int64_t kGroupBytes = kQ4 ? 4 * 64 : 8 * 64;
+// Bytes of one block of a panel: both groups' codes, then 32 f16 scales (one cache line).
+template <bool kQ4>
+constexpr int64_t kBlockBytes = kGroups * kGroupBytes<kQ4> + 64;
 
-// isum[q][j] += the block's integer dot for panels q and tokens j; x4(quad, j) gives the
+// isum[g][j] += the block's integer dot for row group g and token j; x4(quad, j) gives the
 // 4 activation codes of quad (k / 4) 0..7 of token j. Integer sums are exact, so the
-// order of the vpdpbusd does not matter.
-template <bool kQ4, int P, int T, typename X4>
-PAGODA_AVX512_INLINE void BlockDot(const uint8_t* const* codes, X4&& x4, __m512i (&isum)[P][T],
-                                   bool prefetch) {
+// order of the vpdpbusd does not matter. kPrefetch: the GEMV's stream, kPrefetchAhead bytes
+// ahead into L2, one line per code line.
+template <bool kQ4, int T, bool kPrefetch, typename X4>
+PAGODA_AVX512_INLINE void BlockDot(const uint8_t* block, X4&& x4, __m512i (&isum)[kGroups][T]) {
   const __m512i low = _mm512_set1_epi8(0x0f);
   constexpr int kLoads = kQ4 ? 4 : 8;
   for (int u = 0; u < kLoads; ++u) {
-    __m512i wv[P], hv[P];
-    for (int q = 0; q < P; ++q) {
-      if (prefetch) {
-        _mm_prefetch(reinterpret_cast<const char*>(codes[q] + u * 64 + kPrefetchAhead), _MM_HINT_T0);
-      }
-      const __m512i v = _mm512_load_si512(codes[q] + u * 64);
+    __m512i wv[kGroups], hv[kGroups];
+    for (int g = 0; g < kGroups; ++g) {
+      const uint8_t* line = block + g * kGroupBytes<kQ4> + u * 64;
+      if constexpr (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(line + kPrefetchAhead), _MM_HINT_T1);
+      const __m512i v = _mm512_load_si512(line);
       if constexpr (kQ4) {
-        wv[q] = _mm512_and_si512(v, low);                          // k = 4u .. 4u+3
-        hv[q] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);   // k = 16+4u .. 16+4u+3
+        wv[g] = _mm512_and_si512(v, low);                          // k = 4u .. 4u+3
+        hv[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);   // k = 16+4u .. 16+4u+3
       } else {
-        wv[q] = v;
+        wv[g] = v;
       }
     }
     for (int j = 0; j < T; ++j) {
       const __m512i xv = _mm512_set1_epi32(x4(u, j));
-      for (int q = 0; q < P; ++q) isum[q][j] = _mm512_dpbusd_epi32(isum[q][j], wv[q], xv);
+      for (int g = 0; g < kGroups; ++g) isum[g][j] = _mm512_dpbusd_epi32(isum[g][j], wv[g], xv);
       if constexpr (kQ4) {
         const __m512i xh = _mm512_set1_epi32(x4(4 + u, j));
-        for (int q = 0; q < P; ++q) isum[q][j] = _mm512_dpbusd_epi32(isum[q][j], hv[q], xh);
+        for (int g = 0; g < kGroups; ++g) isum[g][j] = _mm512_dpbusd_epi32(isum[g][j], hv[g], xh);
       }
     }
   }
 }
 
-// Panels [panel, panel + P) x tokens [t0, t0 + T), blocks [b0, b1). y as FloatTile (16 rows
-// per panel).
-template <bool kQ4, int P, int T>
-PAGODA_AVX512 void Q8Tile(const PackedWeights& pw, int64_t panel, const QuantizedActivations& xq,
-                          int64_t t0, int64_t b0, int64_t b1, bool first, float* y, int64_t ldy,
-                          bool prefetch) {
-  __m512 acc[P][T];
-  for (int q = 0; q < P; ++q)
-    for (int j = 0; j < T; ++j)
-      acc[q][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * ldy + q * 16);
-  const uint8_t* codes[P];
-  const uint16_t* scales[P];
-  for (int q = 0; q < P; ++q) {
-    codes[q] = pw.panel(panel + q) + b0 * kCodeBytes<kQ4>;
-    scales[q] = pw.q_scales(panel + q) + b0 * 16;
-  }
-  const int8_t* xc[T];
-  const float* xd[T];
-  const int32_t* xbias[T];
+// acc[g][j] += float(isum[g][j]) * (dw_g * dx_j) for the block's 32 scales at `scales`.
+template <int T, typename Dx>
+PAGODA_AVX512_INLINE void BlockScale(const uint8_t* scales, Dx&& dx, const __m512i (&isum)[kGroups][T],
+                                     __m512 (&acc)[kGroups][T]) {
+  const __m512i s = _mm512_load_si512(scales);
+  const __m512 dw[kGroups] = {_mm512_cvtph_ps(_mm512_castsi512_si256(s)),
+                              _mm512_cvtph_ps(_mm512_extracti64x4_epi64(s, 1))};
   for (int j = 0; j < T; ++j) {
-    xc[j] = xq.q_row(t0 + j);
-    xd[j] = xq.d_row(t0 + j);
-    xbias[j] = xq.bias128_row(t0 + j);
-  }
-  for (int64_t b = b0; b < b1; ++b) {
-    __m512i isum[P][T];
-    for (int j = 0; j < T; ++j) {
-      // Q4: nibble codes n = w + 8, so the correction is -8 * sum(x) = bias128 / 16.
-      const __m512i bias = _mm512_set1_epi32(kQ4 ? xbias[j][b] / 16 : xbias[j][b]);
-      for (int q = 0; q < P; ++q) isum[q][j] = bias;
-    }
-    BlockDot<kQ4, P, T>(codes, [&](int quad, int j) {
-      int32_t x4;
-      std::memcpy(&x4, xc[j] + b * 32 + quad * 4, 4);
-      return x4;
-    }, isum, prefetch);
-    __m512 dw[P];
-    for (int q = 0; q < P; ++q) {
-      if (prefetch && (b & 1) == 0) {
-        _mm_prefetch(reinterpret_cast<const char*>(scales[q] + 16 * 16), _MM_HINT_T0);
-      }
-      dw[q] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[q])));
-      codes[q] += kCodeBytes<kQ4>;
-      scales[q] += 16;
-    }
-    for (int j = 0; j < T; ++j) {
-      const __m512 dx = _mm512_set1_ps(xd[j][b]);
-      for (int q = 0; q < P; ++q) {
-        acc[q][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[q][j]), _mm512_mul_ps(dw[q], dx), acc[q][j]);
-      }
+    const __m512 d = _mm512_set1_ps(dx(j));
+    for (int g = 0; g < kGroups; ++g) {
+      acc[g][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][j]), _mm512_mul_ps(dw[g], d), acc[g][j]);
     }
   }
-  for (int q = 0; q < P; ++q)
-    for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy + q * 16, acc[q][j]);
 }
 
-// GEMM tile over activations packed per block-slice and token tile (QPack): 4 codes
-// of token j at quad (b, quad) in x4[((b - b0) * 8 + quad) * T + j], its block bias
-// and scale in bias[(b - b0) * T + j], dx[...]. Same per-output order as Q8Tile.
+// The GEMV: one panel x token t, all blocks, activations read in place, streaming the panel
+// with a prefetch ahead. y: rows of the panel.
+template <bool kQ4>
+PAGODA_AVX512 void Q8Gemv(const PackedWeights& pw, int64_t panel, const QuantizedActivations& xq, int64_t t,
+                          float* y) {
+  __m512 acc[kGroups][1] = {{_mm512_setzero_ps()}, {_mm512_setzero_ps()}};
+  const uint8_t* block = pw.panel(panel);
+  const int8_t* xc = xq.q_row(t);
+  const float* xd = xq.d_row(t);
+  const int32_t* xbias = xq.bias128_row(t);
+  const int64_t nb = pw.num_blocks();
+  for (int64_t b = 0; b < nb; ++b, block += kBlockBytes<kQ4>) {
+    __m512i isum[kGroups][1];
+    // Q4: nibble codes n = w + 8, so the correction is -8 * sum(x) = bias128 / 16.
+    isum[0][0] = isum[1][0] = _mm512_set1_epi32(kQ4 ? xbias[b] / 16 : xbias[b]);
+    BlockDot<kQ4, 1, true>(block, [&](int quad, int) {
+      int32_t x4;
+      std::memcpy(&x4, xc + b * 32 + quad * 4, 4);
+      return x4;
+    }, isum);
+    const uint8_t* scales = block + kGroups * kGroupBytes<kQ4>;
+    _mm_prefetch(reinterpret_cast<const char*>(scales + kPrefetchAhead), _MM_HINT_T1);
+    BlockScale<1>(scales, [&](int) { return xd[b]; }, isum, acc);
+  }
+  _mm512_storeu_ps(y, acc[0][0]);
+  _mm512_storeu_ps(y + 16, acc[1][0]);
+}
+
+// GEMM tile: one panel x T tokens over blocks [b0, b1), activations in token tiles
+// (QuantizedTokenTiles) from block b0: the 4 codes of token j at quad u of block b at
+// x4[((b - b0) * 8 + u) * T + j], its bias and scale at bias[(b - b0) * T + j], dx[...]. Same
+// per-output order as Q8Gemv. Each integer sum starts as its own broadcast from memory (a load,
+// no vector ALU uop: 12 register copies of a shared broadcast would take slots from the
+// vpdpbusd). `first`: start from zero, else from y (token j at y[j * ldy]).
 struct QPack {
   const int32_t* x4;
   const int32_t* bias;
   const float* dx;
 };
 
-template <bool kQ4, int P, int T>
-PAGODA_AVX512 void Q8GemmTile(const PackedWeights& pw, int64_t panel, QPack xp, int64_t b0,
-                              int64_t b1, bool first, float* y, int64_t ldy) {
-  __m512 acc[P][T];
-  for (int q = 0; q < P; ++q)
+template <bool kQ4, int T>
+PAGODA_AVX512 void Q8GemmTile(const PackedWeights& pw, int64_t panel, QPack xp, int64_t b0, int64_t b1,
+                              bool first, float* y, int64_t ldy) {
+  __m512 acc[kGroups][T];
+  for (int g = 0; g < kGroups; ++g)
+    for (int j = 0; j < T; ++j) acc[g][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * ldy + g * 16);
+  const uint8_t* block = pw.panel(panel) + b0 * kBlockBytes<kQ4>;
+  for (int64_t b = b0; b < b1; ++b, block += kBlockBytes<kQ4>) {
+    __m512i isum[kGroups][T];
     for (int j = 0; j < T; ++j)
-      acc[q][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * ldy + q * 16);
-  const uint8_t* codes[P];
-  const uint16_t* scales[P];
-  for (int q = 0; q < P; ++q) {
-    codes[q] = pw.panel(panel + q) + b0 * kCodeBytes<kQ4>;
-    scales[q] = pw.q_scales(panel + q) + b0 * 16;
-  }
-  for (int64_t b = b0; b < b1; ++b) {
-    __m512i isum[P][T];
-    for (int j = 0; j < T; ++j)
-      for (int q = 0; q < P; ++q) isum[q][j] = _mm512_set1_epi32(xp.bias[j]);
-    BlockDot<kQ4, P, T>(codes, [&](int quad, int j) { return xp.x4[quad * T + j]; }, isum, false);
-    __m512 dw[P];
-    for (int q = 0; q < P; ++q) {
-      dw[q] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales[q])));
-      codes[q] += kCodeBytes<kQ4>;
-      scales[q] += 16;
-    }
-    for (int j = 0; j < T; ++j) {
-      const __m512 dx = _mm512_set1_ps(xp.dx[j]);
-      for (int q = 0; q < P; ++q) {
-        acc[q][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[q][j]), _mm512_mul_ps(dw[q], dx), acc[q][j]);
-      }
-    }
+      for (int g = 0; g < kGroups; ++g) __asm__("vpbroadcastd %1, %0" : "=v"(isum[g][j]) : "m"(xp.bias[j]));
+    BlockDot<kQ4, T, false>(block, [&](int quad, int j) { return xp.x4[quad * T + j]; }, isum);
+    BlockScale<T>(block + kGroups * kGroupBytes<kQ4>, [&](int j) { return xp.dx[j]; }, isum, acc);
     xp.x4 += 8 * T;
     xp.bias += T;
     xp.dx += T;
   }
-  for (int q = 0; q < P; ++q)
-    for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy + q * 16, acc[q][j]);
+  for (int g = 0; g < kGroups; ++g)
+    for (int j = 0; j < T; ++j) _mm512_storeu_ps(y + j * ldy + g * 16, acc[g][j]);
 }
 
-using Q8GemmFn = void (*)(const PackedWeights&, int64_t, QPack, int64_t, int64_t, bool, float*, int64_t);
-template <bool kQ4, int P, int... Ts>
-constexpr Q8GemmFn kQ8Gemm[] = {&Q8GemmTile<kQ4, P, Ts>...};
+using Q8TileFn = void (*)(const PackedWeights&, int64_t, QPack, int64_t, int64_t, bool, float*, int64_t);
+template <bool kQ4, int... Ts>
+constexpr Q8TileFn kQ8Gemm[] = {&Q8GemmTile<kQ4, Ts>...};
 
-// PAGODA_GEMM_TILE_Q8=2x6|2x4|1x8|4x2 overrides the default shape (2x6: fastest on
-// the Sapphire Rapids-class host, docs/benchmarks.md).
-TileShape Q8Shape() {
-  static const TileShape s = [] {
-    TileShape t = ParseShape("PAGODA_GEMM_TILE_Q8", {2, 6});
-    const bool ok = (t.panels == 2 && (t.tokens == 4 || t.tokens == 6)) || (t.panels == 1 && t.tokens == 8) ||
-                    (t.panels == 4 && t.tokens == 2);
-    return ok ? t : TileShape{2, 6};
+// Tokens of the GEMM tile (one panel x T: 2T integer and 2T float accumulators).
+// PAGODA_GEMM_TILE_Q8=1x6|1x4 overrides the default 1x6 (for tuning on a new CPU).
+int64_t Q8TileTokens() {
+  static const int64_t t = [] {
+    const TileShape s = ParseShape("PAGODA_GEMM_TILE_Q8", {1, 6});
+    return s.panels == 1 && s.tokens == 4 ? int64_t{4} : int64_t{6};
   }();
-  return s;
+  return t;
 }
 
+// Panels [p0, p1) x tokens [t0, t1). The GEMV streams each panel once; the GEMM walks blocks in
+// slices of kQ8BlocksPerSlice, rows in blocks of panels that stay in L2 and the token tiles of
+// in.q_tiles.
 template <bool kQ4>
-const Q8GemmFn* Q8GemmTable(TileShape shape) {
-  if (shape.panels == 1) return kQ8Gemm<kQ4, 1, 1, 2, 3, 4, 5, 6, 7, 8>;
-  if (shape.panels == 4) return kQ8Gemm<kQ4, 4, 1, 2>;
-  if (shape.tokens == 6) return kQ8Gemm<kQ4, 2, 1, 2, 3, 4, 5, 6>;
-  return kQ8Gemm<kQ4, 2, 1, 2, 3, 4>;
-}
-
-template <bool kQ4>
-PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const QuantizedActivations& xq,
-                            int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy) {
+PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1,
+                            int64_t p0, int64_t p1, float* y, int64_t ldy) {
   const int64_t nb = pw.num_blocks();
-  if (num_tokens == 1) {
-    int64_t p = p0;
-    for (; kGemvPanels == 2 && p + 2 <= p1; p += 2) Q8Tile<kQ4, 2, 1>(pw, p, xq, 0, 0, nb, true, y + (p - p0) * 16, ldy, true);
-    for (; p < p1; ++p) Q8Tile<kQ4, 1, 1>(pw, p, xq, 0, 0, nb, true, y + (p - p0) * 16, ldy, true);
+  if (t1 - t0 == 1) {
+    for (int64_t p = p0; p < p1; ++p) Q8Gemv<kQ4>(pw, p, *in.xq, t0, y + (p - p0) * 32);
     return;
   }
-  const TileShape shape = Q8Shape();
-  const Q8GemmFn* tiles = Q8GemmTable<kQ4>(shape);
-  const Q8GemmFn* single = kQ8Gemm<kQ4, 1, 1, 2, 3, 4, 5, 6, 7, 8>;
-  const int64_t tp = shape.tokens;
-  const int64_t num_tiles = (num_tokens + tp - 1) / tp;
+  const int64_t tp = Q8TileTokens();
+  const Q8TileFn* tiles = tp == 4 ? kQ8Gemm<kQ4, 1, 2, 3, 4> : kQ8Gemm<kQ4, 1, 2, 3, 4, 5, 6>;
+  const QuantizedTokenTiles& qt = *in.q_tiles;  // tiles of tp tokens (PackedTileTokensAvx512)
   const int64_t slice = kQ8BlocksPerSlice;
-  // Packed activations of one slice, kept per thread between calls.
-  int32_t* const x4 = reinterpret_cast<int32_t*>(ThreadScratch(0, num_tiles * slice * 8 * tp));
-  int32_t* const bias = reinterpret_cast<int32_t*>(ThreadScratch(1, num_tiles * slice * tp));
-  float* const dx = ThreadScratch(2, num_tiles * slice * tp);
-  const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (slice * (kCodeBytes<kQ4> + 32)));
+  const int64_t block = std::max<int64_t>(1, kL2WeightBudget / (slice * kBlockBytes<kQ4>));
   for (int64_t b0 = 0; b0 < nb; b0 += slice) {
     const int64_t b1 = Min(b0 + slice, nb);
-    for (int64_t i = 0; i < num_tiles; ++i) {  // pack this slice's activations
-      const int64_t t = i * tp, tt = Min(tp, num_tokens - t);
-      int32_t* x4t = x4 + i * slice * 8 * tp;
-      int32_t* bt = bias + i * slice * tp;
-      float* dt = dx + i * slice * tp;
-      for (int64_t b = b0; b < b1; ++b) {
-        for (int64_t j = 0; j < tt; ++j) {
-          for (int quad = 0; quad < 8; ++quad) {
-            std::memcpy(x4t + ((b - b0) * 8 + quad) * tt + j, xq.q_row(t + j) + b * 32 + quad * 4, 4);
-          }
-          const int32_t bias = xq.bias128_row(t + j)[b];
-          bt[(b - b0) * tt + j] = kQ4 ? bias / 16 : bias;
-          dt[(b - b0) * tt + j] = xq.d_row(t + j)[b];
-        }
-      }
-    }
     for (int64_t rb = p0; rb < p1; rb += block) {
       const int64_t re = Min(rb + block, p1);
-      for (int64_t i = 0; i < num_tiles; ++i) {
-        const int64_t t = i * tp, tt = Min(tp, num_tokens - t);
-        const QPack xpk{x4 + i * slice * 8 * tp, bias + i * slice * tp, dx + i * slice * tp};
-        int64_t p = rb;
-        for (; p + shape.panels <= re; p += shape.panels) {
-          tiles[tt - 1](pw, p, xpk, b0, b1, b0 == 0, y + t * ldy + (p - p0) * 16, ldy);
+      for (int64_t t = t0; t < t1; t += tp) {
+        const int64_t tt = Min(tp, t1 - t), i = t / tp;
+        const QPack xpk{qt.x4.data() + i * nb * 8 * tp + b0 * 8 * tt, qt.bias.data() + i * nb * tp + b0 * tt,
+                        qt.d.data() + i * nb * tp + b0 * tt};
+        for (int64_t p = rb; p < re; ++p) {
+          tiles[tt - 1](pw, p, xpk, b0, b1, b0 == 0, y + (t - t0) * ldy + (p - p0) * 32, ldy);
         }
-        for (; p < re; ++p) single[tt - 1](pw, p, xpk, b0, b1, b0 == 0, y + t * ldy + (p - p0) * 16, ldy);
       }
     }
   }
@@ -500,20 +431,24 @@ PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const QuantizedActivations&
 
 }  // namespace
 
-void PackedRowsAvx512(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
-                      int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy) {
+int64_t PackedTileTokensAvx512(const PackedWeights& pw) {
+  return pw.format == PackedWeights::Format::kFloat ? FloatShape().tokens : Q8TileTokens();
+}
+
+void PackedRowsAvx512(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1, int64_t p0,
+                      int64_t p1, float* y, int64_t ldy) {
   if (pw.format == PackedWeights::Format::kQ8) {
-    Q8Panels<false>(pw, *xq, num_tokens, p0, p1, y, ldy);
+    Q8Panels<false>(pw, in, t0, t1, p0, p1, y, ldy);
     return;
   }
   if (pw.format == PackedWeights::Format::kQ4) {
-    Q8Panels<true>(pw, *xq, num_tokens, p0, p1, y, ldy);
+    Q8Panels<true>(pw, in, t0, t1, p0, p1, y, ldy);
     return;
   }
   switch (pw.dtype) {
-    case DType::kF32: FloatPanels<DType::kF32>(pw, x, num_tokens, p0, p1, y, ldy); return;
-    case DType::kF16: FloatPanels<DType::kF16>(pw, x, num_tokens, p0, p1, y, ldy); return;
-    default: FloatPanels<DType::kBF16>(pw, x, num_tokens, p0, p1, y, ldy); return;
+    case DType::kF32: FloatPanels<DType::kF32>(pw, in, t0, t1, p0, p1, y, ldy); return;
+    case DType::kF16: FloatPanels<DType::kF16>(pw, in, t0, t1, p0, p1, y, ldy); return;
+    default: FloatPanels<DType::kBF16>(pw, in, t0, t1, p0, p1, y, ldy); return;
   }
 }
 

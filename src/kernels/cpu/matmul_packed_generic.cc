@@ -34,13 +34,13 @@ inline float LoadSlot(DType dtype, const uint8_t* panel, int64_t k, int64_t pr, 
   }
 }
 
-void FloatPanels(const PackedWeights& pw, const float* x, int64_t num_tokens, int64_t p0,
+void FloatPanels(const PackedWeights& pw, const float* x, int64_t t0, int64_t t1, int64_t p0,
                  int64_t p1, float* y, int64_t ldy) {
   const int64_t pr = pw.panel_rows, n = pw.cols, half = pr / 2;
   std::vector<float> acc(pr);
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* panel = pw.panel(p);
-    for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       const float* xt = x + t * n;
       for (int64_t k = 0; k < n; ++k) {
@@ -50,64 +50,65 @@ void FloatPanels(const PackedWeights& pw, const float* x, int64_t num_tokens, in
           acc[row] = acc[row] + LoadSlot(pw.dtype, panel, k, pr, s) * xt[k];
         }
       }
-      std::copy(acc.begin(), acc.end(), y + t * ldy + (p - p0) * pr);
+      std::copy(acc.begin(), acc.end(), y + (t - t0) * ldy + (p - p0) * pr);
     }
   }
 }
 
-void Q8Panels(const PackedWeights& pw, const QuantizedActivations& xq, int64_t num_tokens,
+void Q8Panels(const PackedWeights& pw, const QuantizedActivations& xq, int64_t t0, int64_t t1,
               int64_t p0, int64_t p1, float* y, int64_t ldy) {
   const int64_t pr = pw.panel_rows, nb = pw.num_blocks();
   const bool q4 = pw.format == PackedWeights::Format::kQ4;
+  const int64_t group_bytes = 16 * pw.block_code_bytes();  // codes of 16 rows of one block
   std::vector<float> acc(pr);
   std::vector<int32_t> isum(pr);
   for (int64_t p = p0; p < p1; ++p) {
-    const uint8_t* codes = pw.panel(p);
-    const uint16_t* scales = pw.q_scales(p);
-    for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       std::fill(acc.begin(), acc.end(), 0.0f);
       const int8_t* xc = xq.q_row(t);
       for (int64_t b = 0; b < nb; ++b) {
-        if (q4) {
-          std::fill(isum.begin(), isum.end(), xq.bias128_row(t)[b] / 16);
-          for (int64_t quad = 0; quad < 4; ++quad) {
-            const uint8_t* c = codes + (b * 4 + quad) * pr * 4;
-            const int8_t* lo = xc + b * 32 + quad * 4;
-            const int8_t* hi = lo + 16;
-            for (int64_t j = 0; j < pr; ++j) {
+        const uint8_t* block = pw.q_block(p, b);
+        const uint16_t* scales = pw.q_block_scales(p, b);
+        for (int64_t j = 0; j < pr; ++j) {
+          // row j: lane j % 16 of group j / 16; quad u at byte (u * 16 + lane) * 4 of the group
+          const uint8_t* c = block + (j / 16) * group_bytes + (j % 16) * 4;
+          int32_t s = xq.bias128_row(t)[b];
+          if (q4) {
+            s /= 16;
+            for (int64_t quad = 0; quad < 4; ++quad) {
+              const int8_t* lo = xc + b * 32 + quad * 4;
+              const int8_t* hi = lo + 16;
               for (int i = 0; i < 4; ++i) {
-                isum[j] += int32_t{c[j * 4 + i] & 0x0f} * lo[i] + int32_t{c[j * 4 + i] >> 4} * hi[i];
+                const uint8_t v = c[quad * 64 + i];
+                s += int32_t{v & 0x0f} * lo[i] + int32_t{v >> 4} * hi[i];
               }
             }
-          }
-        } else {
-          std::fill(isum.begin(), isum.end(), xq.bias128_row(t)[b]);
-          for (int64_t quad = 0; quad < 8; ++quad) {
-            const uint8_t* c = codes + (b * 8 + quad) * pr * 4;
-            const int8_t* xv = xc + b * 32 + quad * 4;
-            for (int64_t j = 0; j < pr; ++j) {
-              for (int i = 0; i < 4; ++i) isum[j] += int32_t{c[j * 4 + i]} * xv[i];
+          } else {
+            for (int64_t quad = 0; quad < 8; ++quad) {
+              const int8_t* xv = xc + b * 32 + quad * 4;
+              for (int i = 0; i < 4; ++i) s += int32_t{c[quad * 64 + i]} * xv[i];
             }
           }
+          isum[j] = s;
         }
         const float dx = xq.d_row(t)[b];
         for (int64_t j = 0; j < pr; ++j) {
-          acc[j] = acc[j] + static_cast<float>(isum[j]) * (F16ToF32(scales[b * pr + j]) * dx);
+          acc[j] = acc[j] + static_cast<float>(isum[j]) * (F16ToF32(scales[j]) * dx);
         }
       }
-      std::copy(acc.begin(), acc.end(), y + t * ldy + (p - p0) * pr);
+      std::copy(acc.begin(), acc.end(), y + (t - t0) * ldy + (p - p0) * pr);
     }
   }
 }
 
 }  // namespace
 
-void PackedRowsGeneric(const PackedWeights& pw, const float* x, const QuantizedActivations* xq,
-                       int64_t num_tokens, int64_t p0, int64_t p1, float* y, int64_t ldy) {
+void PackedRowsGeneric(const PackedWeights& pw, const PackedInputs& in, int64_t t0, int64_t t1, int64_t p0,
+                       int64_t p1, float* y, int64_t ldy) {
   if (pw.format != PackedWeights::Format::kFloat) {  // Q8 or Q4 panels
-    Q8Panels(pw, *xq, num_tokens, p0, p1, y, ldy);
+    Q8Panels(pw, *in.xq, t0, t1, p0, p1, y, ldy);
   } else {
-    FloatPanels(pw, x, num_tokens, p0, p1, y, ldy);
+    FloatPanels(pw, in.x, t0, t1, p0, p1, y, ldy);
   }
 }
 

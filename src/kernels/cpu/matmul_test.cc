@@ -266,14 +266,18 @@ TEST(PackedWeightsTest, PanelsHoldTheRowsExactly) {
         const int64_t p = r / panel_rows, j = r % panel_rows;
         for (int64_t k = 0; k < cols; ++k) {
           float got = 0, want = 0;
+          // Quantized: block k / 32 of the panel, row j in lane j % 16 of group j / 16.
+          const uint8_t* group = dtype == DType::kQ8_0 || dtype == DType::kQ4_0
+                                     ? pw->q_block(p, k / 32) + (j / 16) * 16 * pw->block_code_bytes()
+                                     : nullptr;
           if (dtype == DType::kQ8_0) {
-            const uint8_t code = pw->panel(p)[(((k / 32) * 8 + (k % 32) / 4) * panel_rows + j) * 4 + k % 4];
-            got = F16ToF32(pw->q_scales(p)[(k / 32) * panel_rows + j]) * (static_cast<int>(code) - 128);
+            const uint8_t code = group[((k % 32) / 4 * 16 + j % 16) * 4 + k % 4];
+            got = F16ToF32(pw->q_block_scales(p, k / 32)[j]) * (static_cast<int>(code) - 128);
           } else if (dtype == DType::kQ4_0) {
             const int64_t kb = k % 32, byte = kb % 16;  // ggml: byte i holds k = i and i + 16
-            const uint8_t b = pw->panel(p)[(((k / 32) * 4 + byte / 4) * panel_rows + j) * 4 + byte % 4];
+            const uint8_t b = group[(byte / 4 * 16 + j % 16) * 4 + byte % 4];
             const int nibble = kb < 16 ? (b & 0x0f) : (b >> 4);
-            got = F16ToF32(pw->q_scales(p)[(k / 32) * panel_rows + j]) * (nibble - 8);
+            got = F16ToF32(pw->q_block_scales(p, k / 32)[j]) * (nibble - 8);
           } else {
             const int64_t half = panel_rows / 2;
             const int64_t slot = dtype == DType::kBF16 ? (j < half ? 2 * j : 2 * (j - half) + 1) : j;

@@ -50,19 +50,23 @@ void PackFloatPanel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* 
   }
 }
 
-// Q8_0 / Q4_0 panels: per block the f16 scale and the code bytes (Q8_0: 32 codes stored as
-// q + 128, i.e. XOR 0x80; Q4_0: 16 nibble bytes unchanged), 4 bytes per row and quad.
-// Padding rows get scale 0 and the codes of weight 0.
+// Q8_0 / Q4_0 panels (packed_weights.h): per block the code bytes of each group of 16 rows
+// (Q8_0: 32 codes stored as q + 128, i.e. XOR 0x80; Q4_0: 16 nibble bytes unchanged), 4 bytes
+// per row and quad, then the panel's f16 scales. Padding rows get scale 0 and the codes of
+// weight 0.
 void PackIntPanel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* dst) {
   const bool q4 = w.dtype == DType::kQ4_0;
   const int64_t code_bytes = q4 ? 16 : 32, block_bytes = code_bytes + 2, quads = code_bytes / 4;
   const uint8_t flip = q4 ? 0x00 : 0x80, zero = q4 ? 0x88 : 0x00;  // zero: weight 0 as stored
   const int64_t nb = w.cols / 32;
-  uint8_t* codes = dst;
-  uint16_t* scales = reinterpret_cast<uint16_t*>(dst + nb * code_bytes * panel_rows);
+  const int64_t panel_block_bytes = panel_rows * (code_bytes + 2);
   for (int64_t j = 0; j < panel_rows; ++j) {
     const int64_t r = p * panel_rows + j;
+    const int64_t group = j / 16, lane = j % 16;
     for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* block_dst = dst + b * panel_block_bytes;
+      uint8_t* codes = block_dst + group * 16 * code_bytes;
+      uint16_t* scales = reinterpret_cast<uint16_t*>(block_dst + panel_rows * code_bytes);
       uint16_t d = 0;
       uint8_t c[32];
       std::memset(c, zero, sizeof(c));
@@ -71,11 +75,9 @@ void PackIntPanel(const RowSource& w, int64_t panel_rows, int64_t p, uint8_t* ds
         std::memcpy(&d, block, 2);
         std::memcpy(c, block + 2, code_bytes);
       }
-      scales[b * panel_rows + j] = d;
+      scales[j] = d;
       for (int64_t quad = 0; quad < quads; ++quad) {
-        for (int64_t i = 0; i < 4; ++i) {
-          codes[((b * quads + quad) * panel_rows + j) * 4 + i] = c[quad * 4 + i] ^ flip;
-        }
+        for (int64_t i = 0; i < 4; ++i) codes[(quad * 16 + lane) * 4 + i] = c[quad * 4 + i] ^ flip;
       }
     }
   }
@@ -177,11 +179,11 @@ std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightM
   const bool is_float = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
   const bool is_int = (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) && w.cols % 32 == 0;
   if (level == IsaLevel::kAvx512 && (is_float || is_int)) {
-    return PackStackedWeights(parts, is_float ? 32 : 16, static_cast<int>(level));
+    return PackStackedWeights(parts, 32, static_cast<int>(level));
   }
   if (level == IsaLevel::kAvx2 && is_float) return PackStackedWeights(parts, 16, static_cast<int>(level));
   if (mode == PackMode::kForce && (is_float || is_int)) {
-    const int64_t rows = is_int ? 16 : level == IsaLevel::kAvx2 ? 16 : 32;
+    const int64_t rows = is_int ? 32 : level == IsaLevel::kAvx2 ? 16 : 32;
     return PackStackedWeights(parts, rows, static_cast<int>(level));
   }
   return nullptr;

@@ -14,15 +14,15 @@
 //     row 0, row p/2, row 1, row p/2+1, ... so that a 32-bit lane holds rows i and
 //     i + p/2 and one shift / one AND widen a whole vector of each half.
 //     F32 and F16 keep row order.
-//   kQ8 (Q8_0 weights; codes and scales exact):
-//     panel = codes [num_blocks][8 quads][p rows][4 bytes], each code stored as
-//     u8 = q + 128 (vpdpbusd multiplies unsigned by signed), then scales
-//     [num_blocks][p] f16. One 32-bit lane = 4 consecutive k of one row.
-//   kQ4 (Q4_0 weights; nibbles and scales exact):
-//     panel = nibbles [num_blocks][4 quads][p rows][4 bytes], quad u holding the row's
-//     block bytes 4u..4u+3 unchanged (ggml: low nibble = k, high nibble = k + 16), then
-//     scales [num_blocks][p] f16. A lane's low nibbles are k = 4u..4u+3, its high ones
-//     k = 16+4u..16+4u+3; weights are nibble - 8.
+//   kQ8 (Q8_0 weights; codes and scales exact): panel = [num_blocks] blocks, one after the
+//     other, so a panel is one sequential stream; a block = for each group of 16 rows the codes
+//     [8 quads][16 rows][4 bytes], then the p scales f16. Each code is stored as u8 = q + 128
+//     (vpdpbusd multiplies unsigned by signed). One 32-bit lane = 4 consecutive k of one row.
+//     With p = 32 a block is 2 x 512 + 64 = 1088 bytes, 17 cache lines.
+//   kQ4 (Q4_0 weights; nibbles and scales exact): the same with [4 quads] of nibbles per group,
+//     quad u holding the row's block bytes 4u..4u+3 unchanged (ggml: low nibble = k, high
+//     nibble = k + 16). A lane's low nibbles are k = 4u..4u+3, its high ones k = 16+4u..16+4u+3;
+//     weights are nibble - 8. With p = 32 a block is 2 x 256 + 64 = 576 bytes.
 // Panels follow each other; panel i starts at data + i * panel_bytes (64-byte aligned).
 #pragma once
 
@@ -49,11 +49,13 @@ struct PackedWeights {
 
   const uint8_t* panel(int64_t i) const { return storage.get() + i * panel_bytes; }
   int64_t num_blocks() const { return cols / 32; }
-  // kQ8 / kQ4: code bytes of one block of one row, and the scales of panel i,
-  // [num_blocks][panel_rows] f16.
+  // kQ8 / kQ4: code bytes of one block of one row; bytes of one block of a panel; block b of
+  // panel i (the codes of rows 16g.. 16g+15 at + g * 16 * block_code_bytes()); its scales.
   int64_t block_code_bytes() const { return format == Format::kQ4 ? 16 : 32; }
-  const uint16_t* q_scales(int64_t i) const {
-    return reinterpret_cast<const uint16_t*>(panel(i) + num_blocks() * block_code_bytes() * panel_rows);
+  int64_t q_block_bytes() const { return panel_rows * (block_code_bytes() + 2); }
+  const uint8_t* q_block(int64_t i, int64_t b) const { return panel(i) + b * q_block_bytes(); }
+  const uint16_t* q_block_scales(int64_t i, int64_t b) const {
+    return reinterpret_cast<const uint16_t*>(q_block(i, b) + panel_rows * block_code_bytes());
   }
   int64_t bytes() const { return num_panels * panel_bytes; }
 };
