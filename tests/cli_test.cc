@@ -116,8 +116,23 @@ TEST(CliTest, BenchLatencyJsonReportsEveryRunAgainstItsBoundsAndTheTimeByKernel)
     EXPECT_NEAR(run.at("prefill_fraction_of_bound").get<double>(),
                 tps / run.at("prefill_bound_tokens_per_s").get<double>(), 1e-9);
     EXPECT_GT(run.at("decode_fraction_of_bound").get<double>(), 0.0);
+    EXPECT_NEAR(run.at("decode_fraction_of_bound").get<double>(),
+                run.at("decode_tokens_per_s").get<double>() / run.at("decode_bound_tokens_per_s").get<double>(), 1e-9);
+    EXPECT_GT(run.at("decode_fraction_of_best_probe_bound").get<double>(), 0.0);
     ASSERT_EQ(run.at("read_gbs_before_after").size(), 2u);
     EXPECT_GT(run.at("read_gbs_before_after")[0].get<double>(), 0.0);
+    // One read pass after each decode step here (4 steps, at most 8 passes), and the decode
+    // bound is their mean rate: between the slowest and the fastest pass.
+    const auto& passes = run.at("read_gbs_interleaved_passes");
+    ASSERT_EQ(passes.size(), 4u);
+    double slow = 1e30, fast = 0;
+    for (const auto& g : passes) {
+      slow = std::min(slow, g.get<double>());
+      fast = std::max(fast, g.get<double>());
+    }
+    const double mean = run.at("read_gbs_interleaved_mean").get<double>();
+    EXPECT_GE(mean, slow * (1 - 1e-9));
+    EXPECT_LE(mean, fast * (1 + 1e-9));
     EXPECT_GT(run.at("fma_gflops_before_after")[1].get<double>(), 0.0);
     // One attention, one KV write and two RoPE calls per layer and step; two norms per layer
     // plus the final one.

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/error.h"
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
@@ -216,26 +217,41 @@ int64_t ReadProbeBytes() {
   return std::max<int64_t>(bytes, int64_t{64} << 20);
 }
 
-double MeasureReadBandwidthGBs(int64_t bytes, int repeats) {
+ReadProbe::ReadProbe(int64_t bytes) {
   if (bytes <= 0) bytes = ReadProbeBytes();
-  const int64_t n = std::max<int64_t>(bytes / 4 / 64 * 64, 64);
-  std::unique_ptr<float, decltype(&std::free)> buf(
-      static_cast<float*>(std::aligned_alloc(64, n * 4)), &std::free);
+  n_ = std::max<int64_t>(bytes / 4 / 64 * 64, 64);
+  buf_ = static_cast<float*>(std::aligned_alloc(64, n_ * 4));
+  if (buf_ == nullptr) {
+    ThrowError(ErrorCode::kResourceExhausted, "read probe: cannot allocate " + std::to_string(n_ * 4) + " bytes");
+  }
   const int threads = NumThreads();
   // First touch by the threads that read, so pages are placed near them.
   ParallelFor(threads, 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const int64_t lo = n * i / threads / 64 * 64, hi = n * (i + 1) / threads / 64 * 64;
-      std::memset(buf.get() + lo, 0, (hi - lo) * 4);
+      const int64_t lo = n_ * i / threads / 64 * 64, hi = n_ * (i + 1) / threads / 64 * 64;
+      std::memset(buf_ + lo, 0, (hi - lo) * 4);
     }
   });
-  double (*sum)(const float*, int64_t) = HasAvx512() ? &SumAvx512 : HasAvx2() ? &SumAvx2 : &SumScalar;
-  const double gbs = BestRate(static_cast<double>(n) * 4 / 1e9, repeats, [&](int64_t i) {
-    const int64_t lo = n * i / threads / 64 * 64, hi = n * (i + 1) / threads / 64 * 64;
-    g_sink = g_sink + sum(buf.get() + lo, hi - lo);
-  });
-  return gbs;
 }
+
+ReadProbe::~ReadProbe() { std::free(buf_); }
+
+double ReadProbe::PassSeconds() {
+  double (*sum)(const float*, int64_t) = HasAvx512() ? &SumAvx512 : HasAvx2() ? &SumAvx2 : &SumScalar;
+  const int threads = NumThreads();
+  return TimeOnAllThreads([&](int64_t i) {
+    const int64_t lo = n_ * i / threads / 64 * 64, hi = n_ * (i + 1) / threads / 64 * 64;
+    g_sink = g_sink + sum(buf_ + lo, hi - lo);
+  });
+}
+
+double ReadProbe::BestGBs(int repeats) {
+  double best = 0;
+  for (int r = 0; r < std::max(1, repeats); ++r) best = std::max(best, bytes() / 1e9 / PassSeconds());
+  return best;
+}
+
+double MeasureReadBandwidthGBs(int64_t bytes, int repeats) { return ReadProbe(bytes).BestGBs(repeats); }
 
 double MeasurePeakFmaGflops() {
   const int threads = NumThreads();

@@ -16,6 +16,26 @@ namespace pagoda {
 // last-level cache, so the figure is memory's, not the cache's.
 double MeasureReadBandwidthGBs(int64_t bytes = 0, int repeats = 5);
 
+// The same read, as an object that keeps its buffer (allocated and first touched once by the
+// threads that read it), for a bound sampled many times within one run: `pagoda bench
+// latency` reads it between decode steps, so the bound sees the machine the decode saw.
+class ReadProbe {
+ public:
+  explicit ReadProbe(int64_t bytes = 0);  // 0: ReadProbeBytes()
+  ~ReadProbe();
+  ReadProbe(const ReadProbe&) = delete;
+  ReadProbe& operator=(const ReadProbe&) = delete;
+  int64_t bytes() const { return 4 * n_; }
+  // One pass: every thread sums its share once; returns the pass's seconds.
+  double PassSeconds();
+  // The best of `repeats` passes, in GB/s (MeasureReadBandwidthGBs).
+  double BestGBs(int repeats);
+
+ private:
+  float* buf_ = nullptr;
+  int64_t n_ = 0;  // floats
+};
+
 // The last-level cache size from sysfs (else sysconf), 0 if unknown.
 int64_t LastLevelCacheBytes();
 // max(1 GiB, 4 x the last-level cache), at most a quarter of physical memory.
