@@ -81,4 +81,15 @@ void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn) {
   }
 }
 
+void ParallelForQueue(int64_t n, const std::function<void(int64_t)>& fn) {
+  if (n <= 0) return;
+  const int threads = static_cast<int>(std::min<int64_t>(NumThreads(), n));
+  if (threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
 }  // namespace pagoda

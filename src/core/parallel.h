@@ -29,4 +29,9 @@ void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
 // same contract as ParallelFor).
 void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn);
 
+// Calls fn(i) once for every i in [0, n), the items handed out one at a time in increasing
+// order to whichever thread is free (one shared queue). Give the items longest first and the
+// threads end together (longest-processing-time first). Same contract as ParallelFor.
+void ParallelForQueue(int64_t n, const std::function<void(int64_t)>& fn);
+
 }  // namespace pagoda

@@ -181,11 +181,13 @@ cpu::AttentionTileState AttendItem(const PagedAttentionParams& p, const KVReader
     const int64_t first = std::max(tile, lo);
     a.n = b - first;
     reader.Rows(first, b, p.positions[it.t], table, it.kvh, w.kq.data(), w.vq.data(), w.k, w.v);
-    // The next tile's rows are requested while this one computes (a decode reads its K/V from
-    // memory: it was last touched a whole step ago).
-    reader.NextLines(b, std::min(b + kAttentionTile, shared_end), table, it.kvh, &w.prefetch);
-    a.prefetch = w.prefetch.data();
-    a.num_prefetch = static_cast<int64_t>(w.prefetch.size());
+    // A decode reads its K/V from memory (they were last touched a whole step ago): the next
+    // tile's rows are requested while this one computes. (A prefill's rows were just written.)
+    if (it.nt == 1) {
+      reader.NextLines(b, std::min(b + kAttentionTile, shared_end), table, it.kvh, &w.prefetch);
+      a.prefetch = w.prefetch.data();
+      a.num_prefetch = static_cast<int64_t>(w.prefetch.size());
+    }
     kernels.step(a, st, scratch);
   }
   a.num_prefetch = 0;
@@ -208,24 +210,6 @@ cpu::AttentionTileState AttendItem(const PagedAttentionParams& p, const KVReader
     kernels.step(a, st, scratch);
   }
   return st;
-}
-
-// The items dealt to `bins` bins of about equal work (longest first, each to the least loaded
-// bin): a causal prefill's items grow with the position, so a plain split of the list would
-// give the last thread most of the work. Which bin computes an item never changes its result.
-std::vector<std::vector<int32_t>> BalanceItems(const std::vector<WorkItem>& items, int bins) {
-  bins = std::max(1, std::min<int>(bins, static_cast<int>(items.size())));
-  std::vector<int32_t> order(items.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return items[a].cost > items[b].cost; });
-  std::vector<std::vector<int32_t>> out(bins);
-  std::vector<int64_t> load(bins, 0);
-  for (const int32_t i : order) {
-    const int b = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
-    out[b].push_back(i);
-    load[b] += items[i].cost;
-  }
-  return out;
 }
 
 }  // namespace
@@ -294,30 +278,45 @@ void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParam
   float* const part_l = kept_l.data();
   float* const part_acc = kept_acc.data();
   const KVReader reader(p);
-  const std::vector<std::vector<int32_t>> bins = BalanceItems(items, NumThreads());
-  ParallelFor(static_cast<int64_t>(bins.size()), 1, [&](int64_t begin, int64_t end) {
+  // Items longest first, each taken by whichever thread is free (the longest-processing-time
+  // rule: the threads end together, also when one runs slower for a while).
+  std::vector<int32_t> order(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return items[a].cost > items[b].cost; });
+  bool any_split = false;
+  ParallelForQueue(static_cast<int64_t>(order.size()), [&](int64_t k) {
     thread_local Scratch w;  // kept per thread between calls: no allocation per layer and step
-    for (int64_t b = begin; b < end; ++b) {
-      for (const int32_t i : bins[b]) {
-        const WorkItem& it = items[i];
-        const cpu::AttentionTileState st = AttendItem(p, reader, kernels, it, w);
-        for (int64_t j = 0; j < it.nt; ++j) {
-          const int64_t t = it.t + j;
-          const int64_t row = (partial_base[t * p.num_kv_heads + it.kvh] + it.window - first_window[t]) * group;
-          for (int64_t g = 0; g < group; ++g) {
-            part_m[row + g] = st.m[j * group + g];
-            part_l[row + g] = st.l[j * group + g];
-            std::copy_n(st.acc + (j * group + g) * st.acc_stride, d, &part_acc[(row + g) * d]);
-          }
+    const WorkItem& it = items[order[k]];
+    const cpu::AttentionTileState st = AttendItem(p, reader, kernels, it, w);
+    for (int64_t j = 0; j < it.nt; ++j) {
+      const int64_t t = it.t + j;
+      if (num_windows[t] == 1) {
+        // The token's only window: its output directly, as the merge below computes it for one
+        // window (0 + acc, then times 1 / l: the same bits).
+        for (int64_t g = 0; g < group; ++g) {
+          const float inv = 1.0f / (0.0f + st.l[j * group + g]);
+          const float* acc = st.acc + (j * group + g) * st.acc_stride;
+          float* o = p.out + (t * p.num_heads + it.kvh * group + g) * d;
+          for (int64_t x = 0; x < d; ++x) o[x] = (0.0f + acc[x]) * inv;
         }
+        continue;
+      }
+      const int64_t row = (partial_base[t * p.num_kv_heads + it.kvh] + it.window - first_window[t]) * group;
+      for (int64_t g = 0; g < group; ++g) {
+        part_m[row + g] = st.m[j * group + g];
+        part_l[row + g] = st.l[j * group + g];
+        std::copy_n(st.acc + (j * group + g) * st.acc_stride, d, &part_acc[(row + g) * d]);
       }
     }
   });
-  // Merge each (token, KV head)'s windows in order; one window reduces to acc / l.
+  for (int64_t t = 0; t < p.num_tokens && !any_split; ++t) any_split = num_windows[t] > 1;
+  if (!any_split) return;
+  // Merge each (token, KV head)'s windows in order (tokens of one window were written above).
   ParallelFor(p.num_tokens * p.num_kv_heads, 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t t = i / p.num_kv_heads, kvh = i % p.num_kv_heads;
       const int64_t base = partial_base[i], splits = num_windows[t];
+      if (splits == 1) continue;
       for (int64_t g = 0; g < group; ++g) {
         float m = -INFINITY;
         for (int64_t s = 0; s < splits; ++s) m = std::max(m, part_m[(base + s) * group + g]);
