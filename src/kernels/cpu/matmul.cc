@@ -12,6 +12,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/norm.h"
 
 namespace pagoda {
 namespace matmul_internal {
@@ -126,8 +127,24 @@ int64_t PackedTileTokens(IsaLevel level, const PackedWeights& pw) {
 // or by token ranges (multiples of the token tile) when the rows alone give too few items to
 // keep every thread busy to the end. The last panel, when padded, is one more item through a
 // scratch tile. No split changes a result (matmul_internal.h).
+// The epilogue on the block y[t - t0][r - r0] (row stride ldy) of tokens [t0, t1), rows [r0, r1)
+// of a w.rows-row product (r0 a multiple of 32 for kSiluMulPairs).
+void ApplyEpilogue(const MatMulEpilogue& ep, int64_t rows, const float* y, int64_t ldy, int64_t t0, int64_t t1,
+                   int64_t r0, int64_t r1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* yt = y + (t - t0) * ldy;
+    if (ep.kind == MatMulEpilogue::Kind::kAddTo) {
+      AddInPlaceRun(yt, r1 - r0, ep.out + t * rows + r0);
+      continue;
+    }
+    for (int64_t r = r0; r < r1; r += 32) {  // 16 gate rows, then their 16 up rows
+      SiluMulRun(yt + (r - r0), yt + (r - r0) + 16, 16, ep.out + t * (rows / 2) + r / 2);
+    }
+  }
+}
+
 void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64_t num_tokens,
-                  float* y) {
+                  float* y, const MatMulEpilogue* ep) {
   // Kept between calls (no fresh pages per prefill). References, so the workers below read
   // this thread's copies, not their own thread_local ones.
   thread_local QuantizedActivations kept;
@@ -175,6 +192,10 @@ void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64
       std::vector<float> tmp(num_tokens * pr);
       fn(pw, in, 0, num_tokens, full, full + 1, tmp.data(), pr);
       const int64_t valid = pw.rows - full * pr;
+      if (ep != nullptr) {
+        ApplyEpilogue(*ep, pw.rows, tmp.data(), pr, 0, num_tokens, full * pr, pw.rows);
+        return;
+      }
       for (int64_t t = 0; t < num_tokens; ++t) {
         std::copy_n(&tmp[t * pr], valid, y + t * pw.rows + full * pr);
       }
@@ -183,7 +204,16 @@ void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64
     const int64_t r = i / token_ranges, c = i % token_ranges;
     const int64_t p0 = r * panels_per_item, p1 = std::min(full, p0 + panels_per_item);
     const int64_t t0 = c * tokens_per_range, t1 = std::min(num_tokens, t0 + tokens_per_range);
-    fn(pw, in, t0, t1, p0, p1, y + t0 * pw.rows + p0 * pr, pw.rows);
+    if (ep == nullptr) {
+      fn(pw, in, t0, t1, p0, p1, y + t0 * pw.rows + p0 * pr, pw.rows);
+      return;
+    }
+    // Fused: the item's block goes to a scratch of this thread (it stays in L2), then to the
+    // epilogue.
+    const int64_t block_rows = (p1 - p0) * pr;
+    float* block = ThreadScratch(3, (t1 - t0) * block_rows);
+    fn(pw, in, t0, t1, p0, p1, block, block_rows);
+    ApplyEpilogue(*ep, pw.rows, block, block_rows, t0, t1, p0 * pr, p1 * pr);
   });
 }
 
@@ -250,17 +280,22 @@ float* ThreadScratch(int slot, int64_t n) {
 }
 
 void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
-              float* y) {
+              float* y, const MatMulEpilogue* ep) {
   CheckSupported(w);
   PAGODA_CHECK(IsaLevelSupported(level)) << "MatMul: ISA level " << IsaLevelName(level)
                                          << " is not supported by this CPU";
+  if (ep != nullptr && ep->kind == MatMulEpilogue::Kind::kSiluMulPairs) {
+    PAGODA_CHECK(PackedUsable(w) && w.packed->pairs16 && w.rows % 32 == 0)
+        << "MatMul: kSiluMulPairs needs the packed gate|up panels of StackOrder::kPairs16";
+  }
   if (num_tokens <= 0 || w.rows <= 0) return;
   if (w.cols == 0) {
     std::fill(y, y + num_tokens * w.rows, 0.0f);
+    if (ep != nullptr) ApplyEpilogue(*ep, w.rows, y, w.rows, 0, num_tokens, 0, w.rows);
     return;
   }
   if (PackedUsable(w)) {
-    MatMulPacked(level, *w.packed, x, num_tokens, y);
+    MatMulPacked(level, *w.packed, x, num_tokens, y, ep);
     return;
   }
   QuantizedActivations xq;
@@ -278,6 +313,11 @@ void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num
   ParallelFor(w.rows, grain, [&](int64_t r0, int64_t r1) {
     rows_fn(w, x, xq_ptr, num_tokens, r0, r1, y);
   });
+  if (ep != nullptr) {
+    ParallelFor(num_tokens, std::max<int64_t>(1, 16384 / w.rows), [&](int64_t t0, int64_t t1) {
+      ApplyEpilogue(*ep, w.rows, y + t0 * w.rows, w.rows, t0, t1, 0, w.rows);
+    });
+  }
 }
 
 }  // namespace matmul_internal
@@ -285,6 +325,11 @@ void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) {
   const ScopedOpTimer timer(OpKind::kMatMul, 2.0 * static_cast<double>(w.rows) * w.cols * num_tokens);
   matmul_internal::MatMulAt(matmul_internal::DefaultIsaLevel(), w, x, num_tokens, y);
+}
+
+void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, const MatMulEpilogue& ep) {
+  const ScopedOpTimer timer(OpKind::kMatMul, 2.0 * static_cast<double>(w.rows) * w.cols * num_tokens);
+  matmul_internal::MatMulAt(matmul_internal::DefaultIsaLevel(), w, x, num_tokens, y, &ep);
 }
 
 std::string_view MatMulIsaName() {

@@ -26,6 +26,23 @@ namespace pagoda {
 // Unsupported); w.cols a multiple of the dtype's block size (else throws InvalidArgument).
 void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y);
 
+// What becomes of the products instead of being stored: each work item hands its block of
+// y to its consumer while the block is still in cache, so the prefill's large activations do
+// not make an extra round trip through memory. The results are the bits of MatMul followed
+// by the separate kernel (AddInPlace, SiluMul).
+struct MatMulEpilogue {
+  enum class Kind {
+    kAddTo,         // out[t * w.rows + r] += y[t, r] (a residual add)
+    kSiluMulPairs,  // w's rows are gate and up alternating 16 at a time (StackOrder::kPairs16):
+                    // out[t * w.rows / 2 + 16i + j] = silu(y[t, 32i + j]) * y[t, 32i + 16 + j]
+  };
+  Kind kind = Kind::kAddTo;
+  float* out = nullptr;
+};
+// y: scratch of [num_tokens, w.rows] floats the call may use (contents unspecified after).
+// REQUIRES for kSiluMulPairs: w is a packed view (PackedOnlyView) of kPairs16 panels.
+void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, const MatMulEpilogue& ep);
+
 // The kernel family MatMul uses on this machine: "avx512", "avx2" or "generic".
 std::string_view MatMulIsaName();
 

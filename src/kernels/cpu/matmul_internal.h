@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed_weights.h"
 #include "kernels/params/matmul_params.h"
 
@@ -48,9 +49,10 @@ IsaLevel BestIsaLevel();
 // else the best below it), else BestIsaLevel(). Read once.
 IsaLevel DefaultIsaLevel();
 
-// MatMul forced to one level. REQUIRES: IsaLevelSupported(level).
+// MatMul forced to one level, with an optional fused epilogue (matmul.h).
+// REQUIRES: IsaLevelSupported(level).
 void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
-              float* y);
+              float* y, const MatMulEpilogue* ep = nullptr);
 
 // Activations quantized per block of 32 for the integer dot products (as llama.cpp's
 // q8_0 activations, but with an f32 scale): x[t, 32b + i] ~= d[t, b] * q[t, 32b + i],

@@ -33,6 +33,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/norm.h"
 #include "kernels/cpu/packed_weights.h"
 #include "kernels/ref/matmul_ref.h"
 
@@ -53,13 +54,19 @@ struct TestWeights {
   std::shared_ptr<const PackedWeights> packed;
 };
 
-// The panels `level`'s packed kernel takes (avx512: 32 float rows / 16 q8 rows; avx2:
-// 16 float rows, q8 through the portable kernel; generic: 32 float rows, 16 q8 rows).
+// The panel rows `level`'s packed kernel takes (avx512: 32; avx2: 16 float rows, q8 through the
+// portable kernel; generic: 32 float rows, 16 q8 rows, so the portable kernel also runs the
+// one-group block layout), and the level they are shaped for.
+int64_t PanelRows(IsaLevel level, DType dtype) {
+  const bool q8 = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
+  return level == IsaLevel::kAvx2 ? 16 : level == IsaLevel::kGeneric && q8 ? 16 : 32;
+}
+IsaLevel ShapedFor(IsaLevel level, DType dtype) {
+  const bool q8 = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
+  return level == IsaLevel::kAvx2 && q8 ? IsaLevel::kGeneric : level;
+}
 void Pack(IsaLevel level, TestWeights* t) {
-  const bool q8 = t->w.dtype == DType::kQ8_0 || t->w.dtype == DType::kQ4_0;
-  const int64_t panel_rows = level == IsaLevel::kAvx2 ? 16 : q8 ? 16 : 32;
-  const IsaLevel shaped_for = level == IsaLevel::kAvx2 && q8 ? IsaLevel::kGeneric : level;
-  t->packed = PackWeights(t->w, panel_rows, static_cast<int>(shaped_for));
+  t->packed = PackWeights(t->w, PanelRows(level, t->w.dtype), static_cast<int>(ShapedFor(level, t->w.dtype)));
   t->w.packed = t->packed.get();
 }
 
@@ -224,6 +231,27 @@ TEST_P(MatMulTest, ZeroInputGivesZero) {
   for (float v : y) EXPECT_EQ(v, 0.0f);
 }
 
+// The fused residual add gives the bits of MatMul followed by AddInPlace, for a GEMV and
+// GEMMs of several sizes (work items split by rows and by tokens), rows not a multiple of the
+// panel (the padded last panel) included.
+TEST_P(MatMulTest, FusedResidualAddIsTheSeparateAdd) {
+  for (int64_t rows : {37, 96, 300}) {
+    const int64_t cols = 96;
+    TestWeights tw = Make(rows, cols, 41);
+    for (int64_t num_tokens : {1, 7, 64, 130}) {
+      std::vector<float> x = MakeInput(num_tokens, cols, 42);
+      const std::vector<float> residual = MakeInput(num_tokens, rows, 43);
+      std::vector<float> y(num_tokens * rows), want = residual, got = residual, scratch(num_tokens * rows);
+      MatMulAt(level_, tw.w, x.data(), num_tokens, y.data());
+      AddInPlace(y.data(), num_tokens * rows, want.data());
+      const MatMulEpilogue ep{MatMulEpilogue::Kind::kAddTo, got.data()};
+      MatMulAt(level_, tw.w, x.data(), num_tokens, scratch.data(), &ep);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+          << "rows=" << rows << " num_tokens=" << num_tokens;
+    }
+  }
+}
+
 // The levels this CPU runs: a level the CPU lacks is not instantiated (CI must not skip).
 // AVX-512 runs where the CPU has it (the device host's CPU does; see docs/benchmarks.md).
 std::vector<IsaLevel> SupportedLevels() {
@@ -232,6 +260,36 @@ std::vector<IsaLevel> SupportedLevels() {
     if (IsaLevelSupported(l)) levels.push_back(l);
   }
   return levels;
+}
+
+// Gate and up stacked 16 rows at a time (StackOrder::kPairs16), with the fused silu(gate) * up:
+// the bits of the two matrices packed alone, multiplied apart, then SiluMul, at every level and
+// weight dtype (the pairs exist only as packed panels).
+TEST(MatMulFusedTest, SiluMulOfPairedGateUpIsTheSeparateKernels) {
+  const int64_t ffn = 80, cols = 64;  // 5 groups of 16: the last 32-row panel mixes pairs
+  for (IsaLevel level : SupportedLevels()) {
+    for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+      TestWeights gate = MakeWeights(dtype, ffn, cols, 51), up = MakeWeights(dtype, ffn, cols, 52);
+      Pack(level, &gate);
+      Pack(level, &up);
+      const auto stacked = PackStackedWeights({gate.w, up.w}, PanelRows(level, dtype),
+                                              static_cast<int>(ShapedFor(level, dtype)), StackOrder::kPairs16);
+      ASSERT_TRUE(stacked->pairs16);
+      const WeightMatrix fused = PackedOnlyView(*stacked);
+      for (int64_t num_tokens : {1, 5, 64}) {
+        std::vector<float> x = MakeInput(num_tokens, cols, 53);
+        std::vector<float> g(num_tokens * ffn), u(num_tokens * ffn), want(num_tokens * ffn);
+        MatMulAt(level, gate.w, x.data(), num_tokens, g.data());
+        MatMulAt(level, up.w, x.data(), num_tokens, u.data());
+        SiluMul(g.data(), u.data(), num_tokens * ffn, want.data());
+        std::vector<float> got(num_tokens * ffn, -1.0f), scratch(num_tokens * 2 * ffn);
+        const MatMulEpilogue ep{MatMulEpilogue::Kind::kSiluMulPairs, got.data()};
+        MatMulAt(level, fused, x.data(), num_tokens, scratch.data(), &ep);
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
+            << Name(level, dtype, true) << " num_tokens=" << num_tokens;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -253,6 +311,28 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<MatMulTest::ParamType>& info) {
       return Name(std::get<0>(info.param), std::get<1>(info.param), true);
     });
+
+// kPairs16 stacking: row 32i + j of the stack is gate row 16i + j, row 32i + 16 + j up row 16i + j.
+TEST(PackedWeightsTest, Pairs16StackAlternatesTheTwoParts) {
+  const int64_t ffn = 48, cols = 32;
+  TestWeights gate = MakeWeights(DType::kF32, ffn, cols, 61), up = MakeWeights(DType::kF32, ffn, cols, 62);
+  const auto pw = PackStackedWeights({gate.w, up.w}, 32, 0, StackOrder::kPairs16);
+  ASSERT_EQ(pw->rows, 2 * ffn);
+  for (int64_t r = 0; r < 2 * ffn; ++r) {
+    const TestWeights& part = (r / 16) % 2 == 0 ? gate : up;
+    const int64_t src = r / 32 * 16 + r % 16;
+    for (int64_t k = 0; k < cols; ++k) {
+      float got;
+      std::memcpy(&got, pw->panel(r / 32) + (k * 32 + r % 32) * 4, 4);
+      float want;
+      std::memcpy(&want, part.w.row(src) + k * 4, 4);
+      ASSERT_EQ(got, want) << "r=" << r << " k=" << k;
+    }
+  }
+  // Parts that cannot alternate are not stacked that way.
+  TestWeights odd = MakeWeights(DType::kF32, 40, cols, 63);
+  EXPECT_EQ(PackStackedForCpu({odd.w, odd.w}, StackOrder::kPairs16), nullptr);
+}
 
 // The panels carry every weight exactly: unpacking a panel gives the rows back.
 TEST(PackedWeightsTest, PanelsHoldTheRowsExactly) {

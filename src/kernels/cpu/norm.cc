@@ -42,6 +42,8 @@ PAGODA_CLONES void AddRun(const float* h, int64_t n, float* x) {
 
 }  // namespace
 
+void AddInPlaceRun(const float* h, int64_t n, float* x) { AddRun(h, n, x); }
+
 void RmsNorm(const float* x, const float* weight, int64_t num_rows, int64_t n, double eps, float* y) {
   const ScopedOpTimer timer(OpKind::kNorm);
   ParallelFor(num_rows, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
@@ -76,6 +78,8 @@ PAGODA_CLONES void SiluRun(const float* gate, const float* up, int64_t n, float*
 }
 
 }  // namespace
+
+void SiluMulRun(const float* gate, const float* up, int64_t n, float* out) { SiluRun(gate, up, n, out); }
 
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   const ScopedOpTimer timer(OpKind::kActivation);

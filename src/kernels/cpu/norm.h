@@ -24,4 +24,9 @@ void SiluMulRows(const float* gu, int64_t rows, int64_t n, float* out);
 // x[i] += h[i] for i < n (residual adds).
 void AddInPlace(const float* h, int64_t n, float* x);
 
+// The single-threaded loops behind SiluMul and AddInPlace, for callers that already run on
+// every thread (MatMul's fused epilogues): the same bits.
+void SiluMulRun(const float* gate, const float* up, int64_t n, float* out);
+void AddInPlaceRun(const float* h, int64_t n, float* x);
+
 }  // namespace pagoda

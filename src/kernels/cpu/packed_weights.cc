@@ -17,13 +17,16 @@ namespace {
 
 int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// The rows of one matrix, or of several stacked (same dtype and cols).
+// The rows of one matrix, or of several stacked (same dtype and cols), concatenated or two
+// parts alternating 16 rows at a time (StackOrder::kPairs16).
 struct RowSource {
   DType dtype = DType::kF32;
   int64_t rows = 0, cols = 0;
   std::vector<WeightMatrix> parts;
+  bool pairs16 = false;
 
   const uint8_t* row(int64_t r) const {
+    if (pairs16) return r < rows ? parts[(r / 16) % 2].row(r / 32 * 16 + r % 16) : nullptr;
     for (const WeightMatrix& p : parts) {
       if (r < p.rows) return p.row(r);
       r -= p.rows;
@@ -105,23 +108,27 @@ std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t 
 }
 
 std::shared_ptr<const PackedWeights> PackStackedWeights(const std::vector<WeightMatrix>& parts,
-                                                        int64_t panel_rows, int isa_level) {
+                                                        int64_t panel_rows, int isa_level, StackOrder order) {
   PAGODA_CHECK(panel_rows > 0 && panel_rows % 16 == 0) << "panel_rows " << panel_rows;
   PAGODA_CHECK(!parts.empty()) << "PackStackedWeights: no matrices";
   RowSource w;
   w.dtype = parts[0].dtype;
   w.cols = parts[0].cols;
   w.parts = parts;
+  w.pairs16 = order == StackOrder::kPairs16;
   for (const WeightMatrix& p : parts) {
     PAGODA_CHECK(p.dtype == w.dtype && p.cols == w.cols) << "PackStackedWeights: mixed shapes";
     w.rows += p.rows;
   }
+  PAGODA_CHECK(!w.pairs16 || (parts.size() == 2 && parts[0].rows == parts[1].rows && parts[0].rows % 16 == 0))
+      << "PackStackedWeights: kPairs16 needs two parts of equal rows, a multiple of 16";
   auto pw = std::make_shared<PackedWeights>();
   pw->dtype = w.dtype;
   pw->isa_level = isa_level;
   pw->rows = w.rows;
   pw->cols = w.cols;
   pw->panel_rows = panel_rows;
+  pw->pairs16 = w.pairs16;
   pw->num_panels = RoundUp(w.rows, panel_rows) / panel_rows;
   pw->source = parts.size() == 1 ? parts[0].data : nullptr;  // stacked: the panels, below
   switch (w.dtype) {
@@ -166,9 +173,13 @@ std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w) {
   return PackStackedForCpu({w});
 }
 
-std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightMatrix>& parts) {
+std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightMatrix>& parts, StackOrder order) {
   const PackMode mode = GetPackMode();
   if (mode == PackMode::kOff || parts.empty()) return nullptr;
+  if (order == StackOrder::kPairs16 &&
+      (parts.size() != 2 || parts[0].rows != parts[1].rows || parts[0].rows % 16 != 0)) {
+    return nullptr;
+  }
   WeightMatrix w = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) {
     if (parts[i].dtype != w.dtype || parts[i].cols != w.cols) return nullptr;
@@ -179,12 +190,12 @@ std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightM
   const bool is_float = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
   const bool is_int = (w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0) && w.cols % 32 == 0;
   if (level == IsaLevel::kAvx512 && (is_float || is_int)) {
-    return PackStackedWeights(parts, 32, static_cast<int>(level));
+    return PackStackedWeights(parts, 32, static_cast<int>(level), order);
   }
-  if (level == IsaLevel::kAvx2 && is_float) return PackStackedWeights(parts, 16, static_cast<int>(level));
+  if (level == IsaLevel::kAvx2 && is_float) return PackStackedWeights(parts, 16, static_cast<int>(level), order);
   if (mode == PackMode::kForce && (is_float || is_int)) {
     const int64_t rows = is_int ? 32 : level == IsaLevel::kAvx2 ? 16 : 32;
-    return PackStackedWeights(parts, rows, static_cast<int>(level));
+    return PackStackedWeights(parts, rows, static_cast<int>(level), order);
   }
   return nullptr;
 }

@@ -44,6 +44,7 @@ struct PackedWeights {
   int64_t panel_rows = 0;
   int64_t num_panels = 0;
   int64_t panel_bytes = 0;
+  bool pairs16 = false;          // rows of two parts alternate 16 at a time (StackOrder::kPairs16)
   const void* source = nullptr;  // the WeightMatrix::data it was packed from
   std::shared_ptr<uint8_t> storage;
 
@@ -69,7 +70,13 @@ std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w);
 // Several matrices with the same dtype and cols stacked along rows into ONE packed matrix
 // (fused projections: q|k|v, gate|up), or null as PackWeightsForCpu. Its `source` is its
 // own panels: PackedOnlyView makes the matching view.
-std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightMatrix>& parts);
+// kPairs16 (two parts of equal rows, a multiple of 16; else null): the parts' rows alternate
+// 16 at a time, row 32i + j = part 0 row 16i + j and row 32i + 16 + j = part 1 row 16i + j,
+// so every 32 rows (one panel at the AVX-512 level) hold matching gate and up rows
+// (MatMulEpilogue::kSiluMulPairs).
+enum class StackOrder { kConcat, kPairs16 };
+std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightMatrix>& parts,
+                                                       StackOrder order = StackOrder::kConcat);
 
 // A WeightMatrix that exists only as panels (a stacked pack): MatMul uses the panels; it has
 // no row-major data (data points at the panels, which only identifies them).
@@ -80,7 +87,8 @@ WeightMatrix PackedOnlyView(const PackedWeights& p);
 std::shared_ptr<const PackedWeights> PackWeights(const WeightMatrix& w, int64_t panel_rows,
                                                  int isa_level);
 std::shared_ptr<const PackedWeights> PackStackedWeights(const std::vector<WeightMatrix>& parts,
-                                                        int64_t panel_rows, int isa_level);
+                                                        int64_t panel_rows, int isa_level,
+                                                        StackOrder order = StackOrder::kConcat);
 
 // w with its packed form attached (MatMul then uses the panels).
 inline WeightMatrix WithPacked(WeightMatrix w, const PackedWeights* p) {

@@ -48,10 +48,10 @@ void LlamaModel::PackForCpu() {
     if (std::shared_ptr<const PackedWeights> p = PackWeightsForCpu(m)) m.packed = keep(std::move(p));
   };
   // Stacked q|k|v and gate|up when possible, else each matrix on its own.
-  auto stack = [&](std::vector<WeightMatrix*> parts, WeightMatrix* fused) {
+  auto stack = [&](std::vector<WeightMatrix*> parts, WeightMatrix* fused, StackOrder order) {
     std::vector<WeightMatrix> views;
     for (WeightMatrix* m : parts) views.push_back(*m);
-    if (std::shared_ptr<const PackedWeights> p = PackStackedForCpu(views)) {
+    if (std::shared_ptr<const PackedWeights> p = PackStackedForCpu(views, order)) {
       *fused = PackedOnlyView(*keep(std::move(p)));
       return;
     }
@@ -61,8 +61,9 @@ void LlamaModel::PackForCpu() {
   int64_t stacked = 0;
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     LlamaLayerWeights& L = w_.layers[l];
-    stack({&L.wq, &L.wk, &L.wv}, &fused_[l].qkv);
-    stack({&L.w_gate, &L.w_up}, &fused_[l].gate_up);
+    stack({&L.wq, &L.wk, &L.wv}, &fused_[l].qkv, StackOrder::kConcat);
+    // gate and up 16 rows at a time: the MatMul applies silu(gate) * up per work item.
+    stack({&L.w_gate, &L.w_up}, &fused_[l].gate_up, StackOrder::kPairs16);
     stacked += (fused_[l].qkv.rows > 0) + (fused_[l].gate_up.rows > 0);
     pack(L.wo);
     pack(L.w_down);
@@ -172,21 +173,20 @@ void LlamaModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* log
     cache.ObserveQueries(l, q.data(), spec_.num_heads, batch.slot_mapping.data(), n, ap.scale);
     cache.FillAttentionParams(l, &ap);
     PagedAttention(ap);
-    MatMul(L.wo, attn.data(), n, h.data());
-    AddInPlace(h.data(), n * dim, x.data());
+    // The residual adds and silu(gate) * up run inside the MatMul, on each work item's block
+    // while it is in cache (the same bits as the separate kernels).
+    MatMul(L.wo, attn.data(), n, h.data(), {MatMulEpilogue::Kind::kAddTo, x.data()});
 
     RmsNorm(x.data(), L.ffn_norm.data(), n, dim, spec_.norm_eps, h.data());
     if (F.gate_up.rows > 0) {
-      MatMul(F.gate_up, h.data(), n, fused.data());
-      SiluMulRows(fused.data(), n, ffn, gate.data());
+      MatMul(F.gate_up, h.data(), n, fused.data(), {MatMulEpilogue::Kind::kSiluMulPairs, gate.data()});
     } else {
       const std::span<float> up = buffer(ws_.up, n * ffn);
       MatMul(L.w_gate, h.data(), n, gate.data());
       MatMul(L.w_up, h.data(), n, up.data());
       SiluMul(gate.data(), up.data(), n * ffn, gate.data());
     }
-    MatMul(L.w_down, gate.data(), n, h.data());
-    AddInPlace(h.data(), n * dim, x.data());
+    MatMul(L.w_down, gate.data(), n, h.data(), {MatMulEpilogue::Kind::kAddTo, x.data()});
   }
 
   RmsNorm(x.data(), w_.final_norm.data(), n, dim, spec_.norm_eps, x.data());
