@@ -137,8 +137,20 @@ void ApplyEpilogue(const MatMulEpilogue& ep, int64_t rows, const float* y, int64
       AddInPlaceRun(yt, r1 - r0, ep.out + t * rows + r0);
       continue;
     }
-    for (int64_t r = r0; r < r1; r += 32) {  // 16 gate rows, then their 16 up rows
-      SiluMulRun(yt + (r - r0), yt + (r - r0) + 16, 16, ep.out + t * (rows / 2) + r / 2);
+    // 16 gate rows, then their 16 up rows: gathered into two runs, then one SiluMulRun (whose
+    // per-call cost would dominate 16 values at a time).
+    constexpr int64_t kRun = 256;
+    float gate[kRun], up[kRun];
+    for (int64_t r = r0; r < r1;) {
+      const int64_t end = std::min(r1, r + 2 * kRun);
+      float* g = gate;
+      float* u = up;
+      for (int64_t p = r; p < end; p += 32, g += 16, u += 16) {
+        std::copy_n(yt + (p - r0), 16, g);
+        std::copy_n(yt + (p - r0) + 16, 16, u);
+      }
+      SiluMulRun(gate, up, (end - r) / 2, ep.out + t * (rows / 2) + r / 2);
+      r = end;
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/op_profile.h"
 #include "core/parallel.h"
@@ -77,15 +78,16 @@ PAGODA_AVX2 float QuantizeBlockAvx2(const float* src, int8_t* q, int32_t* sum) {
   return d;
 }
 
-PAGODA_AVX512 float QuantizeBlockAvx512(const float* src, int8_t* q, int32_t* sum) {
-  const __m512 v0 = _mm512_loadu_ps(src), v1 = _mm512_loadu_ps(src + 16);
-  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-  const float d = amax / 127.0f;
-  const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+#define PAGODA_AVX512_INLINE \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl"), always_inline)) inline
+
+// The 32 codes of one block given its inverse scale id; returns their sum.
+PAGODA_AVX512_INLINE int32_t QuantizeBlockWithInverseAvx512(const float* src, float inverse, int8_t* q) {
+  const __m512 id = _mm512_set1_ps(inverse);
   const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f), neg = _mm512_set1_ps(-1.0f);
   __m512i s = _mm512_setzero_si512();
   for (int i = 0; i < 2; ++i) {
-    const __m512 x = _mm512_mul_ps(i == 0 ? v0 : v1, id);
+    const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(src + 16 * i), id);
     const __m512 t = _mm512_roundscale_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(x, t)), half, _CMP_GE_OQ);
     const __mmask16 negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
@@ -95,8 +97,38 @@ PAGODA_AVX512 float QuantizeBlockAvx512(const float* src, int8_t* q, int32_t* su
     s = _mm512_add_epi32(s, r);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * i), _mm512_cvtsepi32_epi8(r));
   }
-  *sum = _mm512_reduce_add_epi32(s);
+  return _mm512_reduce_add_epi32(s);
+}
+
+PAGODA_AVX512_INLINE float BlockMaxAvx512(const float* src) {
+  return _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(src)), _mm512_abs_ps(_mm512_loadu_ps(src + 16))));
+}
+
+PAGODA_AVX512 float QuantizeBlockAvx512(const float* src, int8_t* q, int32_t* sum) {
+  const float d = BlockMaxAvx512(src) / 127.0f;
+  *sum = QuantizeBlockWithInverseAvx512(src, d != 0.0f ? 1.0f / d : 0.0f, q);
   return d;
+}
+
+// A whole row at AVX-512: the blocks' maxima 16 at a time, then their scales and inverses as one
+// vector division each (two dependent scalar divisions per block were the row's critical path),
+// then each block as QuantizeBlockAvx512 does with its scale: the same codes, scales and sums.
+PAGODA_AVX512 void QuantizeRowAvx512(const float* src, int64_t nb, int8_t* q, float* d_out, int32_t* sums) {
+  for (int64_t b0 = 0; b0 < nb; b0 += 16) {
+    const int64_t m = nb - b0 < 16 ? nb - b0 : 16;
+    alignas(64) float amax[16] = {};
+    for (int64_t b = 0; b < m; ++b) amax[b] = BlockMaxAvx512(src + (b0 + b) * 32);
+    const __m512 d = _mm512_div_ps(_mm512_load_ps(amax), _mm512_set1_ps(127.0f));
+    // id = d != 0 ? 1 / d : 0, with C's != (true for NaN).
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    alignas(64) float dv[16], idv[16];
+    _mm512_store_ps(dv, d);
+    _mm512_store_ps(idv, _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(1.0f), d));
+    for (int64_t b = 0; b < m; ++b) {
+      sums[b0 + b] = QuantizeBlockWithInverseAvx512(src + (b0 + b) * 32, idv[b], q + (b0 + b) * 32);
+      d_out[b0 + b] = dv[b];
+    }
+  }
 }
 
 using QuantizeBlockFn = float (*)(const float*, int8_t*, int32_t*);
@@ -118,11 +150,19 @@ void QuantizeActivationsAt(IsaLevel level, const float* x, int64_t num_tokens, i
   const int64_t nb = out->num_blocks;
   ParallelFor(num_tokens, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)),
               [&](int64_t t0, int64_t t1) {
+    std::vector<int32_t> row_sums(level == IsaLevel::kAvx512 ? nb : 0);
     for (int64_t t = t0; t < t1; ++t) {
+      if (level == IsaLevel::kAvx512) {
+        QuantizeRowAvx512(x + t * cols, nb, out->q.data() + t * cols, out->d.data() + t * nb, row_sums.data());
+      }
       for (int64_t b = 0; b < nb; ++b) {
         int8_t* q = out->q.data() + t * cols + b * 32;
         int32_t sum = 0;
-        out->d[t * nb + b] = fn(x + t * cols + b * 32, q, &sum);
+        if (level == IsaLevel::kAvx512) {
+          sum = row_sums[b];
+        } else {
+          out->d[t * nb + b] = fn(x + t * cols + b * 32, q, &sum);
+        }
         if (with_bias128) out->bias128[t * nb + b] = -128 * sum;
         if (with_offset_sums) {
           int32_t* s = out->offset_sums.data() + (t * nb + b) * 8;
