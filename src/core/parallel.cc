@@ -37,9 +37,10 @@ void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
   }
 }
 
-void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn) {
+void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn, int max_threads) {
   if (n <= 0) return;
-  const int threads = static_cast<int>(std::min<int64_t>(NumThreads(), n));
+  const int cap = max_threads > 0 ? std::min(max_threads, NumThreads()) : NumThreads();
+  const int threads = static_cast<int>(std::min<int64_t>(cap, n));
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
@@ -81,9 +82,10 @@ void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn) {
   }
 }
 
-void ParallelForQueue(int64_t n, const std::function<void(int64_t)>& fn) {
+void ParallelForQueue(int64_t n, const std::function<void(int64_t)>& fn, int max_threads) {
   if (n <= 0) return;
-  const int threads = static_cast<int>(std::min<int64_t>(NumThreads(), n));
+  const int cap = max_threads > 0 ? std::min(max_threads, NumThreads()) : NumThreads();
+  const int threads = static_cast<int>(std::min<int64_t>(cap, n));
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;

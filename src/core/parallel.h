@@ -27,11 +27,12 @@ void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
 // core may run slower than the other for a while, and a static split then leaves the faster
 // one waiting at the end. Which thread computes an item must not change its result (the
 // same contract as ParallelFor).
-void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn);
+// `max_threads` > 0 caps the threads (small work: waking a thread costs more than it saves).
+void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn, int max_threads = 0);
 
 // Calls fn(i) once for every i in [0, n), the items handed out one at a time in increasing
 // order to whichever thread is free (one shared queue). Give the items longest first and the
 // threads end together (longest-processing-time first). Same contract as ParallelFor.
-void ParallelForQueue(int64_t n, const std::function<void(int64_t)>& fn);
+void ParallelForQueue(int64_t n, const std::function<void(int64_t)>& fn, int max_threads = 0);
 
 }  // namespace pagoda

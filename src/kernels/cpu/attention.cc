@@ -284,6 +284,11 @@ void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParam
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return items[a].cost > items[b].cost; });
   bool any_split = false;
+  // Enough work for a second thread: ~2^15 multiply-adds (keys x rows x head_dim, twice, a
+  // narrow head counted as 64 wide: the step's fixed costs dominate it).
+  double work = 0;
+  for (const WorkItem& it : items) work += static_cast<double>(it.cost) * group * std::max<int64_t>(d, 64) * 2;
+  const int threads = static_cast<int>(std::clamp<double>(work / (1 << 15), 1, NumThreads()));
   ParallelForQueue(static_cast<int64_t>(order.size()), [&](int64_t k) {
     thread_local Scratch w;  // kept per thread between calls: no allocation per layer and step
     const WorkItem& it = items[order[k]];
@@ -308,7 +313,7 @@ void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParam
         std::copy_n(st.acc + (j * group + g) * st.acc_stride, d, &part_acc[(row + g) * d]);
       }
     }
-  });
+  }, threads);
   for (int64_t t = 0; t < p.num_tokens && !any_split; ++t) any_split = num_windows[t] > 1;
   if (!any_split) return;
   // Merge each (token, KV head)'s windows in order (tokens of one window were written above).

@@ -199,6 +199,10 @@ void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64
   }
   const int64_t row_items = (full + panels_per_item - 1) / panels_per_item;
   const int64_t items = row_items * token_ranges + (pw.num_panels > full ? 1 : 0);
+  // At least 2^18 multiply-adds per thread (a tiny model's projections run on one thread:
+  // waking another costs more than it saves).
+  const double macs = static_cast<double>(pw.num_panels) * pr * pw.cols * num_tokens;
+  const int threads = static_cast<int>(std::clamp<double>(macs / (1 << 18), 1, NumThreads()));
   ParallelForDynamic(items, [&](int64_t i) {
     if (i == row_items * token_ranges) {  // the last panel, padded: through a scratch tile
       std::vector<float> tmp(num_tokens * pr);
@@ -226,7 +230,7 @@ void MatMulPacked(IsaLevel level, const PackedWeights& pw, const float* x, int64
     float* block = ThreadScratch(3, (t1 - t0) * block_rows);
     fn(pw, in, t0, t1, p0, p1, block, block_rows);
     ApplyEpilogue(*ep, pw.rows, block, block_rows, t0, t1, p0 * pr, p1 * pr);
-  });
+  }, threads);
 }
 
 }  // namespace
