@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/memory_info.h"
 #include "core/op_profile.h"
+#include "core/parallel.h"
 #include "kernels/cpu/kv_quant.h"
 #include "kv/kv_layout.h"
 
@@ -217,6 +218,21 @@ void KVStorage::Write(int64_t layer, const float* k, const float* v, const int64
   const int64_t esize = DTypeBlockBytes(shape_.dtype);
   for (int64_t t = 0; t < n; ++t) {
     PAGODA_CHECK(slots[t] >= 0 && slots[t] < capacity) << "slot " << slots[t] << " of " << capacity;
+  }
+  if (!uses_wide && !fk.per_channel) {
+    // Every token's rows go to its own slot: the tokens in parallel (a prefill writes thousands).
+    ParallelFor(n, 16, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t block = slots[t] / bs, offset = slots[t] % bs;
+        for (int64_t h = 0; h < heads; ++h) {
+          QuantizeKVRow(fk, k + t * kw + h * fk.head_dim, k_[layer].data() + block * kblock, offset, h);
+          QuantizeKVRow(fv, v + t * vw + h * fv.head_dim, v_[layer].data() + block * vblock, offset, h);
+        }
+      }
+    });
+    return;
+  }
+  for (int64_t t = 0; t < n; ++t) {
     const int64_t block = slots[t] / bs, offset = slots[t] % bs;
     const float* kt = k + t * kw;
     const float* vt = v + t * vw;
