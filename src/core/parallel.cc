@@ -37,17 +37,30 @@ void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
   }
 }
 
-void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn, int max_threads) {
-  if (n <= 0) return;
+namespace {
+
+// Threads for n items under a cap (0: NumThreads()); 0 when there is nothing to do.
+int TeamFor(int64_t n, int max_threads) {
+  if (n <= 0) return 0;
   const int cap = max_threads > 0 ? std::min(max_threads, NumThreads()) : NumThreads();
-  const int threads = static_cast<int>(std::min<int64_t>(cap, n));
+  return static_cast<int>(std::min<int64_t>(cap, n));
+}
+
+void SharedQueue(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+
+}  // namespace
+
+void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn, int max_threads) {
+  const int threads = TeamFor(n, max_threads);
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  if (n > 0x7fffffff) {  // beyond the packed bounds: plain dynamic scheduling
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-    for (int64_t i = 0; i < n; ++i) fn(i);
+  if (n > 0x7fffffff) {  // beyond the packed bounds: one shared queue
+    SharedQueue(n, threads, fn);
     return;
   }
   // Range r is [front, back) packed in one word (front in the high half): its owner takes the
@@ -83,15 +96,12 @@ void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn, int m
 }
 
 void ParallelForQueue(int64_t n, const std::function<void(int64_t)>& fn, int max_threads) {
-  if (n <= 0) return;
-  const int cap = max_threads > 0 ? std::min(max_threads, NumThreads()) : NumThreads();
-  const int threads = static_cast<int>(std::min<int64_t>(cap, n));
+  const int threads = TeamFor(n, max_threads);
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) fn(i);
+  SharedQueue(n, threads, fn);
 }
 
 }  // namespace pagoda
