@@ -165,9 +165,14 @@ PAGODA_VNNI double VnniLoop() {
   for (int64_t i = 0; i < kIters; ++i)
 #pragma GCC unroll 12
     for (int j = 0; j < 12; ++j) a[j] = _mm512_dpbusd_epi32(a[j], u, s);
-  __m512i t = a[0];
-  for (int j = 1; j < 12; ++j) t = _mm512_add_epi32(t, a[j]);
-  return _mm512_reduce_add_epi32(t);
+  // The sum in 64-bit lanes: 12 accumulators of ~-1e8 per lane overflow an int32 total (signed
+  // overflow, which UBSan reports on a machine that runs this loop).
+  __m512i t = _mm512_setzero_si512();
+  for (int j = 0; j < 12; ++j) {
+    t = _mm512_add_epi64(t, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(a[j])));
+    t = _mm512_add_epi64(t, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(a[j], 1)));
+  }
+  return static_cast<double>(_mm512_reduce_add_epi64(t));
 }
 
 PAGODA_AVX2 double MaddubsLoop() {
