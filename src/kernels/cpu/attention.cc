@@ -54,13 +54,19 @@ struct KVReader {
     if (p.wide_index != nullptr || quantized) return;
     const int64_t d = p.head_dim;
     const int64_t k_row = d * k_elem, v_row = d * v_elem;
-    for (int64_t key = a; key < b; ++key) {
+    lines->resize((b - a) * ((k_row + 63) / 64 + (v_row + 63) / 64));
+    const void** out = lines->data();
+    // Block by block, as Rows walks them (one division per block, not per key).
+    for (int64_t key = a; key < b;) {
       const int64_t bi = key / p.block_size;
+      const int64_t end = std::min(b, (bi + 1) * p.block_size);
       const int64_t index = ((int64_t{table[bi]} * p.block_size + key - bi * p.block_size) * p.num_kv_heads + kvh) * d;
       const char* kp = static_cast<const char*>(p.k_cache) + index * k_elem;
       const char* vp = static_cast<const char*>(p.v_cache) + index * v_elem;
-      for (int64_t o = 0; o < k_row; o += 64) lines->push_back(kp + o);
-      for (int64_t o = 0; o < v_row; o += 64) lines->push_back(vp + o);
+      for (; key < end; ++key, kp += row_step * k_elem, vp += row_step * v_elem) {
+        for (int64_t o = 0; o < k_row; o += 64) *out++ = kp + o;
+        for (int64_t o = 0; o < v_row; o += 64) *out++ = vp + o;
+      }
     }
   }
 
