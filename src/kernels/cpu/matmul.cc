@@ -110,7 +110,7 @@ PackedRowsFn PackedFn(IsaLevel level, const PackedWeights& pw) {
   if (static_cast<int>(level) >= static_cast<int>(packed_level)) {
     const bool quantized = pw.format != PackedWeights::Format::kFloat;
     if (packed_level == IsaLevel::kAvx512 && pw.panel_rows == 32) return &PackedRowsAvx512;
-    if (packed_level == IsaLevel::kAvx2 && !quantized && pw.panel_rows == 16) return &PackedRowsAvx2;
+    if (packed_level == IsaLevel::kAvx2 && pw.panel_rows == (quantized ? 32 : 16)) return &PackedRowsAvx2;
   }
   return &PackedRowsGeneric;
 }

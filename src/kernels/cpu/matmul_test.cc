@@ -54,17 +54,15 @@ struct TestWeights {
   std::shared_ptr<const PackedWeights> packed;
 };
 
-// The panel rows `level`'s packed kernel takes (avx512: 32; avx2: 16 float rows, q8 through the
-// portable kernel; generic: 32 float rows, 16 q8 rows, so the portable kernel also runs the
-// one-group block layout), and the level they are shaped for.
+// The panel rows `level`'s packed kernel takes (avx512: 32; avx2: 16 float rows, 32 q8 rows;
+// generic: 32 float rows, 16 q8 rows, so the portable kernel also runs the one-group block
+// layout), and the level they are shaped for.
 int64_t PanelRows(IsaLevel level, DType dtype) {
   const bool q8 = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
-  return level == IsaLevel::kAvx2 ? 16 : level == IsaLevel::kGeneric && q8 ? 16 : 32;
+  if (level == IsaLevel::kAvx2) return q8 ? 32 : 16;
+  return level == IsaLevel::kGeneric && q8 ? 16 : 32;
 }
-IsaLevel ShapedFor(IsaLevel level, DType dtype) {
-  const bool q8 = dtype == DType::kQ8_0 || dtype == DType::kQ4_0;
-  return level == IsaLevel::kAvx2 && q8 ? IsaLevel::kGeneric : level;
-}
+IsaLevel ShapedFor(IsaLevel level, DType) { return level; }
 void Pack(IsaLevel level, TestWeights* t) {
   t->packed = PackWeights(t->w, PanelRows(level, t->w.dtype), static_cast<int>(ShapedFor(level, t->w.dtype)));
   t->w.packed = t->packed.get();
@@ -287,6 +285,50 @@ TEST(MatMulFusedTest, SiluMulOfPairedGateUpIsTheSeparateKernels) {
         MatMulAt(level, fused, x.data(), num_tokens, scratch.data(), &ep);
         ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)))
             << Name(level, dtype, true) << " num_tokens=" << num_tokens;
+      }
+    }
+  }
+}
+
+// The quantized panels of the AVX2 and AVX-512 levels compute, per output, exactly
+// acc = fma(float(isum_b), dw_b * dx_b, acc) over the blocks b in order (isum_b the exact integer
+// dot of the codes): the same bits at both levels, whatever the token count or k slicing.
+TEST(MatMulPackedTest, QuantizedPanelsAreTheFusedBlockSumExactly) {
+  const int64_t rows = 80, cols = 32 * 40;  // a padded last panel; more blocks than one k slice
+  for (IsaLevel level : SupportedLevels()) {
+    if (level == IsaLevel::kGeneric) continue;  // its own order (no fma), tested against the reference
+    for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+      TestWeights tw = MakeWeights(dtype, rows, cols, 61);
+      // A code of -128 (valid in a Q8_0 file, though ggml's quantizer stops at -127): |q| = 128
+      // in the AVX2 sign trick.
+      if (dtype == DType::kQ8_0) const_cast<uint8_t*>(tw.w.row(3))[2 + 5] = 0x80;
+      Pack(level, &tw);
+      for (int64_t num_tokens : {1, 3, 9}) {
+        std::vector<float> x = MakeInput(num_tokens, cols, 62);
+        matmul_internal::QuantizedActivations xq;
+        matmul_internal::QuantizeActivations(x.data(), num_tokens, cols, false, &xq);
+        std::vector<float> got(num_tokens * rows);
+        MatMulAt(level, tw.w, x.data(), num_tokens, got.data());
+        for (int64_t t = 0; t < num_tokens; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const uint8_t* row = tw.w.row(r);
+            const int64_t block_bytes = dtype == DType::kQ8_0 ? 34 : 18;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < cols / 32; ++b) {
+              const uint8_t* blk = row + b * block_bytes;
+              uint16_t dw;
+              std::memcpy(&dw, blk, 2);
+              int32_t isum = 0;
+              for (int i = 0; i < 32; ++i) {
+                const int32_t wq = dtype == DType::kQ8_0 ? static_cast<int8_t>(blk[2 + i])
+                                                         : ((i < 16 ? blk[2 + i] & 0x0f : blk[2 + i - 16] >> 4) - 8);
+                isum += wq * xq.q_row(t)[b * 32 + i];
+              }
+              acc = std::fma(static_cast<float>(isum), F16ToF32(dw) * xq.d_row(t)[b], acc);
+            }
+            ASSERT_EQ(acc, got[t * rows + r]) << Name(level, dtype, true) << " t=" << t << " r=" << r;
+          }
+        }
       }
     }
   }

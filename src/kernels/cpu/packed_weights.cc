@@ -192,7 +192,9 @@ std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightM
   if (level == IsaLevel::kAvx512 && (is_float || is_int)) {
     return PackStackedWeights(parts, 32, static_cast<int>(level), order);
   }
-  if (level == IsaLevel::kAvx2 && is_float) return PackStackedWeights(parts, 16, static_cast<int>(level), order);
+  if (level == IsaLevel::kAvx2 && (is_float || is_int)) {
+    return PackStackedWeights(parts, is_int ? 32 : 16, static_cast<int>(level), order);
+  }
   if (mode == PackMode::kForce && (is_float || is_int)) {
     const int64_t rows = is_int ? 32 : level == IsaLevel::kAvx2 ? 16 : 32;
     return PackStackedWeights(parts, rows, static_cast<int>(level), order);
