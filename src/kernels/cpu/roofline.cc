@@ -21,6 +21,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
 
 #define PAGODA_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define PAGODA_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl")))
@@ -42,6 +43,12 @@ bool HasAvx2() {
 bool HasAvx512() {
   const CpuFeatures& f = GetCpuFeatures();
   return f.avx512f && f.avx512bw && f.avx512vl;
+}
+// The compute peaks are those of the instructions the MatMul level in use runs
+// (PAGODA_MATMUL_ISA=avx2 on an AVX-512 machine measures the AVX2 loops).
+bool KernelsAvx512() { return HasAvx512() && matmul_internal::DefaultIsaLevel() == matmul_internal::IsaLevel::kAvx512; }
+bool KernelsAvx2() {
+  return HasAvx2() && static_cast<int>(matmul_internal::DefaultIsaLevel()) >= static_cast<int>(matmul_internal::IsaLevel::kAvx2);
 }
 
 // ---- read bandwidth ----------------------------------------------------------------
@@ -260,26 +267,26 @@ double MeasureReadBandwidthGBs(int64_t bytes, int repeats) { return ReadProbe(by
 
 double MeasurePeakFmaGflops() {
   const int threads = NumThreads();
-  if (HasAvx512()) {
+  if (KernelsAvx512()) {
     return BestRate(threads * 2.0 * kIters * 12 * 16 / 1e9, 3, [](int64_t) { g_sink = g_sink + FmaLoopAvx512(); });
   }
-  if (HasAvx2()) {
+  if (KernelsAvx2()) {
     return BestRate(threads * 2.0 * kIters * 12 * 8 / 1e9, 3, [](int64_t) { g_sink = g_sink + FmaLoopAvx2(); });
   }
   return BestRate(threads * 2.0 * (kIters / 8) * 12 / 1e9, 3, [](int64_t) { g_sink = g_sink + FmaLoopScalar(); });
 }
 
 double MeasurePeakBf16Gflops() {
-  if (!HasAvx512() || !GetCpuFeatures().avx512_bf16) return 0;
+  if (!KernelsAvx512() || !GetCpuFeatures().avx512_bf16) return 0;
   return BestRate(NumThreads() * 2.0 * kIters * 12 * 32 / 1e9, 3, [](int64_t) { g_sink = g_sink + Bf16Loop(); });
 }
 
 double MeasurePeakInt8Gops() {
   const int threads = NumThreads();
-  if (HasAvx512() && GetCpuFeatures().avx512_vnni) {
+  if (KernelsAvx512() && GetCpuFeatures().avx512_vnni) {
     return BestRate(threads * 2.0 * kIters * 12 * 64 / 1e9, 3, [](int64_t) { g_sink = g_sink + VnniLoop(); });
   }
-  if (HasAvx2()) {
+  if (KernelsAvx2()) {
     return BestRate(threads * 2.0 * kIters * 8 * 32 / 1e9, 3, [](int64_t) { g_sink = g_sink + MaddubsLoop(); });
   }
   return 0;

@@ -41,8 +41,9 @@ int64_t LastLevelCacheBytes();
 // max(1 GiB, 4 x the last-level cache), at most a quarter of physical memory.
 int64_t ReadProbeBytes();
 
-// Peak f32 FMA throughput in GFLOP/s (2 flops per multiply-add), with the widest
-// vectors the CPU has (AVX-512, AVX2+FMA, else scalar).
+// Peak f32 FMA throughput in GFLOP/s (2 flops per multiply-add), with the vectors of the
+// MatMul level in use (AVX-512, AVX2+FMA, else scalar; PAGODA_MATMUL_ISA or the best the
+// CPU has). The bf16 and int8 peaks below follow the same level.
 double MeasurePeakFmaGflops();
 
 // Peak vdpbf16ps throughput in GFLOP/s (2 flops per bf16 multiply-add); 0 when the
