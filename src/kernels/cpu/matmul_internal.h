@@ -160,6 +160,23 @@ inline int64_t RowsPerL2Block(int64_t row_bytes, int64_t multiple) {
   return n < multiple ? multiple : n;
 }
 
+// The GEMM walk the packed kernels share: k in slices of `slice` (values or 32-blocks) over
+// [0, k_end), panels [p0, p1) in row blocks of `block` that stay in L2 across the token tiles,
+// tokens [t0, t1) in tiles of `tile`. fn(k0, k1, t, tt, rb, re) runs tokens [t, t + tt) over
+// panels [rb, re) for one slice. Slices go in increasing k, so tiles that chain them through y
+// keep every output's order of operations.
+template <typename Fn>
+inline void ForEachGemmTile(int64_t k_end, int64_t slice, int64_t p0, int64_t p1, int64_t block, int64_t t0,
+                            int64_t t1, int64_t tile, Fn&& fn) {
+  for (int64_t k0 = 0; k0 < k_end; k0 += slice) {
+    const int64_t k1 = k0 + slice < k_end ? k0 + slice : k_end;
+    for (int64_t rb = p0; rb < p1; rb += block) {
+      const int64_t re = rb + block < p1 ? rb + block : p1;
+      for (int64_t t = t0; t < t1; t += tile) fn(k0, k1, t, t1 - t < tile ? t1 - t : tile, rb, re);
+    }
+  }
+}
+
 // One pass of a register tile over the k range [k0, k1) (k0, and k1 unless k1 == cols, are
 // multiples of the vector width). Passes are chained in increasing k: the first (k0 == 0)
 // starts from zero, the last (k1 == cols) adds the partial vector and writes y, the

@@ -114,19 +114,13 @@ PAGODA_AVX2 void FloatPanels(const PackedWeights& pw, const PackedInputs& in, in
   }
   const FloatGemmFn<kW>* tiles = kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6>;
   const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (16 * kFloatKc * kElem<kW>));
-  for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
-    const int64_t k1 = Min(k0 + kFloatKc, n);
-    for (int64_t rb = p0; rb < p1; rb += block) {
-      const int64_t re = Min(rb + block, p1);
-      for (int64_t t = t0; t < t1; t += kFloatTokens) {
-        const int64_t tt = Min(kFloatTokens, t1 - t);
-        const float* xt = in.x_tiles + (t / kFloatTokens) * n * kFloatTokens + k0 * tt;
-        for (int64_t p = rb; p < re; ++p) {
-          tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + (t - t0) * ldy + (p - p0) * 16, ldy);
-        }
-      }
+  ForEachGemmTile(n, kFloatKc, p0, p1, block, t0, t1, kFloatTokens,
+                  [&](int64_t k0, int64_t k1, int64_t t, int64_t tt, int64_t rb, int64_t re) {
+    const float* xt = in.x_tiles + (t / kFloatTokens) * n * kFloatTokens + k0 * tt;
+    for (int64_t p = rb; p < re; ++p) {
+      tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + (t - t0) * ldy + (p - p0) * 16, ldy);
     }
-  }
+  });
 }
 
 // ---- q8 / q4 panels ---------------------------------------------------------------
@@ -287,23 +281,15 @@ PAGODA_AVX2 void Q8PanelsAvx2(const PackedWeights& pw, const QuantizedActivation
   }
   const Q8HalfFn<kQ4>* tiles = kQ8Halves<kQ4, 1, 2, 3, 4>;
   static_assert(kQ8Tokens == 4);
-  const int64_t nb = pw.num_blocks();
-  const int64_t slice = kQ8BlocksPerSlice;
-  const int64_t block = std::max<int64_t>(1, kL2WeightBudget / (slice * kBlockBytes<kQ4>));
-  for (int64_t b0 = 0; b0 < nb; b0 += slice) {
-    const int64_t b1 = Min(b0 + slice, nb);
-    for (int64_t rb = p0; rb < p1; rb += block) {
-      const int64_t re = Min(rb + block, p1);
-      for (int64_t t = t0; t < t1; t += kQ8Tokens) {
-        const int64_t tt = Min(kQ8Tokens, t1 - t);
-        for (int64_t p = rb; p < re; ++p) {
-          for (int h = 0; h < 4; ++h) {
-            tiles[tt - 1](pw, p, h, xq, t, b0, b1, b0 == 0, y + (t - t0) * ldy + (p - p0) * 32 + 8 * h, ldy);
-          }
-        }
+  const int64_t block = std::max<int64_t>(1, kL2WeightBudget / (kQ8BlocksPerSlice * kBlockBytes<kQ4>));
+  ForEachGemmTile(pw.num_blocks(), kQ8BlocksPerSlice, p0, p1, block, t0, t1, kQ8Tokens,
+                  [&](int64_t b0, int64_t b1, int64_t t, int64_t tt, int64_t rb, int64_t re) {
+    for (int64_t p = rb; p < re; ++p) {
+      for (int h = 0; h < 4; ++h) {
+        tiles[tt - 1](pw, p, h, xq, t, b0, b1, b0 == 0, y + (t - t0) * ldy + (p - p0) * 32 + 8 * h, ldy);
       }
     }
-  }
+  });
 }
 
 }  // namespace

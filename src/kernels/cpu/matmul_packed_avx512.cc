@@ -243,23 +243,17 @@ PAGODA_AVX512 void FloatPanels(const PackedWeights& pw, const PackedInputs& in, 
   const FloatGemmFn<kW>* single = kFloatGemm<kW, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12>;
   const int64_t block = std::max<int64_t>(2, kL2WeightBudget / (32 * kFloatKc * kElem<kW>));
   const int64_t T = in.tile_tokens;
-  for (int64_t k0 = 0; k0 < n; k0 += kFloatKc) {
-    const int64_t k1 = Min(k0 + kFloatKc, n);
-    for (int64_t rb = p0; rb < p1; rb += block) {
-      const int64_t re = Min(rb + block, p1);
-      for (int64_t t = t0; t < t1; t += T) {
-        const int64_t tt = Min(T, t1 - t);
-        const float* xt = in.x_tiles + (t / T) * n * T + k0 * tt;
-        int64_t p = rb;
-        for (; p + shape.panels <= re; p += shape.panels) {
-          tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + (t - t0) * ldy + (p - p0) * 32, ldy);
-        }
-        for (; p < re; ++p) {
-          single[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + (t - t0) * ldy + (p - p0) * 32, ldy);
-        }
-      }
+  ForEachGemmTile(n, kFloatKc, p0, p1, block, t0, t1, T,
+                  [&](int64_t k0, int64_t k1, int64_t t, int64_t tt, int64_t rb, int64_t re) {
+    const float* xt = in.x_tiles + (t / T) * n * T + k0 * tt;
+    int64_t p = rb;
+    for (; p + shape.panels <= re; p += shape.panels) {
+      tiles[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + (t - t0) * ldy + (p - p0) * 32, ldy);
     }
-  }
+    for (; p < re; ++p) {
+      single[tt - 1](pw.panel(p), pw.panel_bytes, xt, k0, k1, k0 == 0, y + (t - t0) * ldy + (p - p0) * 32, ldy);
+    }
+  });
 }
 
 // ---- q8 / q4 panels -----------------------------------------------------------------
@@ -411,22 +405,16 @@ PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const PackedInputs& in, int
   const int64_t tp = Q8TileTokens();
   const Q8TileFn* tiles = tp == 4 ? kQ8Gemm<kQ4, 1, 2, 3, 4> : kQ8Gemm<kQ4, 1, 2, 3, 4, 5, 6>;
   const QuantizedTokenTiles& qt = *in.q_tiles;  // tiles of tp tokens (PackedTileTokensAvx512)
-  const int64_t slice = kQ8BlocksPerSlice;
-  const int64_t block = std::max<int64_t>(1, kL2WeightBudget / (slice * kBlockBytes<kQ4>));
-  for (int64_t b0 = 0; b0 < nb; b0 += slice) {
-    const int64_t b1 = Min(b0 + slice, nb);
-    for (int64_t rb = p0; rb < p1; rb += block) {
-      const int64_t re = Min(rb + block, p1);
-      for (int64_t t = t0; t < t1; t += tp) {
-        const int64_t tt = Min(tp, t1 - t), i = t / tp;
-        const QPack xpk{qt.x4.data() + i * nb * 8 * tp + b0 * 8 * tt, qt.bias.data() + i * nb * tp + b0 * tt,
-                        qt.d.data() + i * nb * tp + b0 * tt};
-        for (int64_t p = rb; p < re; ++p) {
-          tiles[tt - 1](pw, p, xpk, b0, b1, b0 == 0, y + (t - t0) * ldy + (p - p0) * 32, ldy);
-        }
-      }
+  const int64_t block = std::max<int64_t>(1, kL2WeightBudget / (kQ8BlocksPerSlice * kBlockBytes<kQ4>));
+  ForEachGemmTile(nb, kQ8BlocksPerSlice, p0, p1, block, t0, t1, tp,
+                  [&](int64_t b0, int64_t b1, int64_t t, int64_t tt, int64_t rb, int64_t re) {
+    const int64_t i = t / tp;
+    const QPack xpk{qt.x4.data() + i * nb * 8 * tp + b0 * 8 * tt, qt.bias.data() + i * nb * tp + b0 * tt,
+                    qt.d.data() + i * nb * tp + b0 * tt};
+    for (int64_t p = rb; p < re; ++p) {
+      tiles[tt - 1](pw, p, xpk, b0, b1, b0 == 0, y + (t - t0) * ldy + (p - p0) * 32, ldy);
     }
-  }
+  });
 }
 
 }  // namespace
