@@ -85,9 +85,71 @@ PAGODA_AVX512_INLINE void LoadPanelStep(const uint8_t* wp, __m512 (&w)[2], __m51
 // between token rows; for one token that is x itself from k0). `first`: start from zero,
 // else from y. y: token j of panel q at y[j * ldy + q * panel rows]. kPrefetch (GEMV,
 // streaming): prefetch each panel kPrefetchAhead bytes ahead.
+//
+// FloatGemmTile12: the f32 tile of 1 panel x 12 tokens (F32 weights and the widened BF16/F16
+// slices: a prefill's float GEMM time) over nk steps of k, as FloatGemmTile<kF32, 1, 12>
+// computes it, with the registers written out: sums of rows 0-15 in zmm0-11, rows 16-31 in
+// zmm12-23 (token j in zmm j / zmm 12+j), the k step's weights in zmm24-25, and each FMA
+// reading its token's activation as an embedded broadcast: 26 uops per 24 FMAs instead of 38
+// (a separate broadcast per token), which counts when the sibling hyperthread takes issue
+// slots. Same FMAs in the same order: same bits.
+PAGODA_AVX512 void FloatGemmTile12(const uint8_t* w, const float* xp, int64_t nk, bool first, float* y,
+                                   int64_t ldy) {
+  float* const y3 = y + 3 * ldy;  // token j at y + j * ldy: 0-2 from y, 3-5 y3, 6-8 y6, 9-11 y9
+  float* const y6 = y + 6 * ldy;
+  float* const y9 = y + 9 * ldy;
+  const int64_t ldy4 = ldy * 4;
+  // X(address of token j's 32 outputs, j, register of rows 0-15, register of rows 16-31)
+#define PAGODA_F12_TOKENS(X)                                                                       \
+  X("(%[y])", 0, 12) X("(%[y],%[ldy4],1)", 1, 13) X("(%[y],%[ldy4],2)", 2, 14)                     \
+  X("(%[y3])", 3, 15) X("(%[y3],%[ldy4],1)", 4, 16) X("(%[y3],%[ldy4],2)", 5, 17)                  \
+  X("(%[y6])", 6, 18) X("(%[y6],%[ldy4],1)", 7, 19) X("(%[y6],%[ldy4],2)", 8, 20)                  \
+  X("(%[y9])", 9, 21) X("(%[y9],%[ldy4],1)", 10, 22) X("(%[y9],%[ldy4],2)", 11, 23)
+#define PAGODA_F12_ZERO(at, r0, r1) "vpxord %%zmm" #r0 ", %%zmm" #r0 ", %%zmm" #r0 "\n\t" \
+  "vpxord %%zmm" #r1 ", %%zmm" #r1 ", %%zmm" #r1 "\n\t"
+#define PAGODA_F12_LOAD(at, r0, r1) "vmovups " at ", %%zmm" #r0 "\n\t" "vmovups 64" at ", %%zmm" #r1 "\n\t"
+#define PAGODA_F12_STORE(at, r0, r1) "vmovups %%zmm" #r0 ", " at "\n\t" "vmovups %%zmm" #r1 ", 64" at "\n\t"
+#define PAGODA_F12_FMA(at, r0, r1)                               \
+  "vfmadd231ps 4*" #r0 "(%[xp])%{1to16%}, %%zmm24, %%zmm" #r0 "\n\t" \
+  "vfmadd231ps 4*" #r0 "(%[xp])%{1to16%}, %%zmm25, %%zmm" #r1 "\n\t"
+  __asm__ volatile(
+      "test %[first], %[first]\n\t"
+      "jz 2f\n\t"
+      PAGODA_F12_TOKENS(PAGODA_F12_ZERO)
+      "jmp 1f\n\t"
+      "2:\n\t"
+      PAGODA_F12_TOKENS(PAGODA_F12_LOAD)
+      "1:\n\t"
+      "vmovaps (%[w]), %%zmm24\n\t"
+      "vmovaps 64(%[w]), %%zmm25\n\t"
+      PAGODA_F12_TOKENS(PAGODA_F12_FMA)
+      "add $128, %[w]\n\t"
+      "add $48, %[xp]\n\t"
+      "dec %[n]\n\t"
+      "jnz 1b\n\t"
+      PAGODA_F12_TOKENS(PAGODA_F12_STORE)
+      : [w] "+r"(w), [xp] "+r"(xp), [n] "+r"(nk)
+      : [y] "r"(y), [y3] "r"(y3), [y6] "r"(y6), [y9] "r"(y9), [ldy4] "r"(ldy4),
+        [first] "r"(static_cast<int64_t>(first))
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+        "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22",
+        "xmm23", "xmm24", "xmm25", "cc", "memory");
+#undef PAGODA_F12_TOKENS
+#undef PAGODA_F12_ZERO
+#undef PAGODA_F12_LOAD
+#undef PAGODA_F12_STORE
+#undef PAGODA_F12_FMA
+}
+
 template <DType kW, int P, int T, bool kPrefetch = false>
 PAGODA_AVX512 void FloatGemmTile(const uint8_t* panel, int64_t panel_bytes, const float* xp,
                                  int64_t k0, int64_t k1, bool first, float* y, int64_t ldy) {
+  if constexpr (kW == DType::kF32 && P == 1 && T == 12 && !kPrefetch) {
+    if (k1 > k0) {
+      FloatGemmTile12(panel + k0 * 128, xp, k1 - k0, first, y, ldy);
+      return;
+    }
+  }
   __m512 acc[P][2][T];
   for (int q = 0; q < P; ++q)
     for (int h = 0; h < 2; ++h)
@@ -356,9 +418,94 @@ struct QPack {
   const float* dx;
 };
 
+// The Q8_0 GEMM tile of 6 tokens (the one a prefill spends its time in) over blocks
+// [b0, b1), as Q8GemmTile<false, 6> computes it, with the register allocation written out:
+// integer sums in zmm0-11, weights zmm12-13, weight scales zmm14-15, combined scales
+// zmm16-17, the 12 float sums in zmm20-31. Each vpdpbusd reads its token's 4 codes as an
+// embedded broadcast and each scale product its token's scale the same way, so a block is
+// 134 vector ALU ops in ~170 uops. (GCC's allocation of the intrinsic version spills the float
+// sums and copies broadcasts between registers: ~260 uops. The ports are the same, but with
+// the sibling hyperthread busy the issue slots run out first.) The products and sums are the
+// intrinsic version's: cvt(isum) * (dw * dx) + acc, one rounding each, in the same order.
+PAGODA_AVX512 void Q8GemmTile6(const uint8_t* block, QPack xp, int64_t nblocks, float* y, int64_t ldy, bool first) {
+  const int32_t* x4 = xp.x4;
+  const int32_t* bias = xp.bias;
+  const float* dx = xp.dx;
+  float* const y3 = y + 3 * ldy;  // tokens 0-2 at y + j * ldy, 3-5 at y3 + (j - 3) * ldy
+  const int64_t ldy4 = ldy * 4;
+  static_assert(kBlockBytes<false> == 1088 && kGroupBytes<false> == 512, "block layout");
+  // Per block: quad u of token j's codes at x4 byte 24u + 4j, its bias and scale at 4j.
+#define PAGODA_Q8_INIT(j, r0, r1) \
+  "vpbroadcastd 4*" #j "(%[bias]), %%zmm" #r0 "\n\t" \
+  "vpbroadcastd 4*" #j "(%[bias]), %%zmm" #r1 "\n\t"
+#define PAGODA_Q8_DOT(j, r0, r1) \
+  "vpdpbusd 24*\\u+4*" #j "(%[x4])%{1to16%}, %%zmm12, %%zmm" #r0 "\n\t" \
+  "vpdpbusd 24*\\u+4*" #j "(%[x4])%{1to16%}, %%zmm13, %%zmm" #r1 "\n\t"
+#define PAGODA_Q8_SCALE(j, r0, r1, acc0, acc1)             \
+  "vmulps 4*" #j "(%[dx])%{1to16%}, %%zmm14, %%zmm16\n\t" \
+  "vmulps 4*" #j "(%[dx])%{1to16%}, %%zmm15, %%zmm17\n\t" \
+  "vcvtdq2ps %%zmm" #r0 ", %%zmm" #r0 "\n\t"               \
+  "vcvtdq2ps %%zmm" #r1 ", %%zmm" #r1 "\n\t"               \
+  "vfmadd231ps %%zmm16, %%zmm" #r0 ", %%zmm" #acc0 "\n\t"       \
+  "vfmadd231ps %%zmm17, %%zmm" #r1 ", %%zmm" #acc1 "\n\t"
+#define PAGODA_Q8_ROWS(op, j, acc0, acc1) \
+  op " " j ", %%zmm" #acc0 "\n\t" op " 64" j ", %%zmm" #acc1 "\n\t"
+#define PAGODA_Q8_STORE(j, acc0, acc1) \
+  "vmovups %%zmm" #acc0 ", " j "\n\t" "vmovups %%zmm" #acc1 ", 64" j "\n\t"
+  __asm__ volatile(
+      "test %[first], %[first]\n\t"
+      "jz 2f\n\t"
+      ".irp r,20,21,22,23,24,25,26,27,28,29,30,31\n\t"
+      "vpxord %%zmm\\r, %%zmm\\r, %%zmm\\r\n\t"
+      ".endr\n\t"
+      "jmp 1f\n\t"
+      "2:\n\t"
+      PAGODA_Q8_ROWS("vmovups", "(%[y])", 20, 26) PAGODA_Q8_ROWS("vmovups", "(%[y],%[ldy4],1)", 21, 27)
+      PAGODA_Q8_ROWS("vmovups", "(%[y],%[ldy4],2)", 22, 28) PAGODA_Q8_ROWS("vmovups", "(%[y3])", 23, 29)
+      PAGODA_Q8_ROWS("vmovups", "(%[y3],%[ldy4],1)", 24, 30) PAGODA_Q8_ROWS("vmovups", "(%[y3],%[ldy4],2)", 25, 31)
+      "1:\n\t"
+      PAGODA_Q8_INIT(0, 0, 6) PAGODA_Q8_INIT(1, 1, 7) PAGODA_Q8_INIT(2, 2, 8)
+      PAGODA_Q8_INIT(3, 3, 9) PAGODA_Q8_INIT(4, 4, 10) PAGODA_Q8_INIT(5, 5, 11)
+      ".irp u,0,1,2,3,4,5,6,7\n\t"
+      "vmovdqa64 64*\\u(%[blk]), %%zmm12\n\t"
+      "vmovdqa64 512+64*\\u(%[blk]), %%zmm13\n\t"
+      PAGODA_Q8_DOT(0, 0, 6) PAGODA_Q8_DOT(1, 1, 7) PAGODA_Q8_DOT(2, 2, 8)
+      PAGODA_Q8_DOT(3, 3, 9) PAGODA_Q8_DOT(4, 4, 10) PAGODA_Q8_DOT(5, 5, 11)
+      ".endr\n\t"
+      "vcvtph2ps 1024(%[blk]), %%zmm14\n\t"
+      "vcvtph2ps 1056(%[blk]), %%zmm15\n\t"
+      PAGODA_Q8_SCALE(0, 0, 6, 20, 26) PAGODA_Q8_SCALE(1, 1, 7, 21, 27) PAGODA_Q8_SCALE(2, 2, 8, 22, 28)
+      PAGODA_Q8_SCALE(3, 3, 9, 23, 29) PAGODA_Q8_SCALE(4, 4, 10, 24, 30) PAGODA_Q8_SCALE(5, 5, 11, 25, 31)
+      "add $1088, %[blk]\n\t"
+      "add $192, %[x4]\n\t"
+      "add $24, %[bias]\n\t"
+      "add $24, %[dx]\n\t"
+      "dec %[n]\n\t"
+      "jnz 1b\n\t"
+      PAGODA_Q8_STORE("(%[y])", 20, 26) PAGODA_Q8_STORE("(%[y],%[ldy4],1)", 21, 27)
+      PAGODA_Q8_STORE("(%[y],%[ldy4],2)", 22, 28) PAGODA_Q8_STORE("(%[y3])", 23, 29)
+      PAGODA_Q8_STORE("(%[y3],%[ldy4],1)", 24, 30) PAGODA_Q8_STORE("(%[y3],%[ldy4],2)", 25, 31)
+      : [blk] "+r"(block), [x4] "+r"(x4), [bias] "+r"(bias), [dx] "+r"(dx), [n] "+r"(nblocks)
+      : [y] "r"(y), [y3] "r"(y3), [ldy4] "r"(ldy4), [first] "r"(static_cast<int64_t>(first))
+      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+        "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24",
+        "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc", "memory");
+#undef PAGODA_Q8_INIT
+#undef PAGODA_Q8_DOT
+#undef PAGODA_Q8_SCALE
+#undef PAGODA_Q8_ROWS
+#undef PAGODA_Q8_STORE
+}
+
 template <bool kQ4, int T>
 PAGODA_AVX512 void Q8GemmTile(const PackedWeights& pw, int64_t panel, QPack xp, int64_t b0, int64_t b1,
                               bool first, float* y, int64_t ldy) {
+  if constexpr (!kQ4 && T == 6) {
+    if (b1 > b0) {
+      Q8GemmTile6(pw.panel(panel) + b0 * kBlockBytes<kQ4>, xp, b1 - b0, y, ldy, first);
+      return;
+    }
+  }
   __m512 acc[kGroups][T];
   for (int g = 0; g < kGroups; ++g)
     for (int j = 0; j < T; ++j) acc[g][j] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + j * ldy + g * 16);
