@@ -4,7 +4,7 @@
 //
 //   Float panels (32 rows; F32, F16, BF16): per k one panel step gives two vectors of 16
 //   rows (BF16: one 64-byte load, a shift and an AND); a GEMM tile is 1 panel x 12 tokens
-//   = 24 accumulators, a GEMV tile 2 panels x 1 token.
+//   = 24 accumulators, a GEMV tile 1 panel x 1 token.
 //   Q8 panels (32 rows, blocks one after the other: one stream per panel): per 32-block, row
 //   group of 16 and token, 8 vpdpbusd (4 k of 16 rows each) into an integer sum that starts at
 //   -128 * sum(x codes), then acc += float(isum) * (dw * dx); GEMM tile 1 panel x 6 tokens,
@@ -49,10 +49,12 @@ const int64_t kPrefetchAhead = [] {
   const long b = v != nullptr ? std::atol(v) : 0;
   return b >= 64 && b <= (1 << 20) ? static_cast<int64_t>(b) / 64 * 64 : int64_t{8192};
 }();
-// Panels one GEMV tile streams at once (1 or 2; PAGODA_GEMV_PANELS overrides, tuning).
+// Panels one float GEMV tile streams at once: 1 (one stream per thread read 2-6% faster than
+// 2 in bf16 llama-1b decodes on the 2026-12-01 host, docs/benchmarks.md); PAGODA_GEMV_PANELS=2
+// streams two (tuning).
 const int kGemvPanels = [] {
   const char* v = std::getenv("PAGODA_GEMV_PANELS");
-  return v != nullptr && v[0] == '1' ? 1 : 2;
+  return v != nullptr && v[0] == '2' ? 2 : 1;
 }();
 constexpr int64_t kL2WeightBudget = 256 * 1024;
 
