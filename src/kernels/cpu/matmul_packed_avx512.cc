@@ -420,91 +420,134 @@ struct QPack {
   const float* dx;
 };
 
-// The Q8_0 GEMM tile of 6 tokens (the one a prefill spends its time in) over blocks
-// [b0, b1), as Q8GemmTile<false, 6> computes it, with the register allocation written out:
-// integer sums in zmm0-11, weights zmm12-13, weight scales zmm14-15, combined scales
-// zmm16-17, the 12 float sums in zmm20-31. Each vpdpbusd reads its token's 4 codes as an
-// embedded broadcast and each scale product its token's scale the same way, so a block is
-// 134 vector ALU ops in ~170 uops. (GCC's allocation of the intrinsic version spills the float
+// The Q8_0 / Q4_0 GEMM tile of 6 tokens (the one a prefill spends its time in) over blocks
+// [b0, b1), as Q8GemmTile<kQ4, 6> computes it, with the register allocation written out:
+// integer sums in zmm0-11, codes zmm12-15, weight scales zmm14-15, combined scales zmm16-17,
+// the 12 float sums in zmm20-31. Each vpdpbusd reads its token's 4 codes as an embedded
+// broadcast and each scale product its token's scale the same way, so a Q8_0 block is 134
+// vector ALU ops in ~170 uops. (GCC's allocation of the intrinsic version spills the float
 // sums and copies broadcasts between registers: ~260 uops. The ports are the same, but with
-// the sibling hyperthread busy the issue slots run out first.) The products and sums are the
-// intrinsic version's: cvt(isum) * (dw * dx) + acc, one rounding each, in the same order.
+// the sibling hyperthread busy the issue slots run out first.) Q4_0: per quad of both groups
+// one load, AND for the low nibbles, shift + AND for the high ones, as BlockDot. The products
+// and sums are the intrinsic version's: cvt(isum) * (dw * dx) + acc, one rounding each, in the
+// same order.
+template <bool kQ4>
 PAGODA_AVX512 void Q8GemmTile6(const uint8_t* block, QPack xp, int64_t nblocks, float* y, int64_t ldy, bool first) {
   const int32_t* x4 = xp.x4;
   const int32_t* bias = xp.bias;
   const float* dx = xp.dx;
   float* const y3 = y + 3 * ldy;  // tokens 0-2 at y + j * ldy, 3-5 at y3 + (j - 3) * ldy
   const int64_t ldy4 = ldy * 4;
-  static_assert(kBlockBytes<false> == 1088 && kGroupBytes<false> == 512, "block layout");
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  static_assert(kBlockBytes<false> == 1088 && kGroupBytes<false> == 512, "q8 block layout");
+  static_assert(kBlockBytes<true> == 576 && kGroupBytes<true> == 256, "q4 block layout");
   // Per block: quad u of token j's codes at x4 byte 24u + 4j, its bias and scale at 4j.
 #define PAGODA_Q8_INIT(j, r0, r1) \
   "vpbroadcastd 4*" #j "(%[bias]), %%zmm" #r0 "\n\t" \
   "vpbroadcastd 4*" #j "(%[bias]), %%zmm" #r1 "\n\t"
-#define PAGODA_Q8_DOT(j, r0, r1) \
-  "vpdpbusd 24*\\u+4*" #j "(%[x4])%{1to16%}, %%zmm12, %%zmm" #r0 "\n\t" \
-  "vpdpbusd 24*\\u+4*" #j "(%[x4])%{1to16%}, %%zmm13, %%zmm" #r1 "\n\t"
+#define PAGODA_Q8_DOT(quad, wa, wb, j, r0, r1) \
+  "vpdpbusd " quad "+4*" #j "(%[x4])%{1to16%}, %%zmm" #wa ", %%zmm" #r0 "\n\t" \
+  "vpdpbusd " quad "+4*" #j "(%[x4])%{1to16%}, %%zmm" #wb ", %%zmm" #r1 "\n\t"
+// The 12 dots of one quad (byte offset `quad` in x4) with group codes in zmm wa / wb.
+#define PAGODA_Q8_DOTS(quad, wa, wb)                                                    \
+  PAGODA_Q8_DOT(quad, wa, wb, 0, 0, 6) PAGODA_Q8_DOT(quad, wa, wb, 1, 1, 7)              \
+  PAGODA_Q8_DOT(quad, wa, wb, 2, 2, 8) PAGODA_Q8_DOT(quad, wa, wb, 3, 3, 9)              \
+  PAGODA_Q8_DOT(quad, wa, wb, 4, 4, 10) PAGODA_Q8_DOT(quad, wa, wb, 5, 5, 11)
 #define PAGODA_Q8_SCALE(j, r0, r1, acc0, acc1)             \
   "vmulps 4*" #j "(%[dx])%{1to16%}, %%zmm14, %%zmm16\n\t" \
   "vmulps 4*" #j "(%[dx])%{1to16%}, %%zmm15, %%zmm17\n\t" \
   "vcvtdq2ps %%zmm" #r0 ", %%zmm" #r0 "\n\t"               \
   "vcvtdq2ps %%zmm" #r1 ", %%zmm" #r1 "\n\t"               \
-  "vfmadd231ps %%zmm16, %%zmm" #r0 ", %%zmm" #acc0 "\n\t"       \
+  "vfmadd231ps %%zmm16, %%zmm" #r0 ", %%zmm" #acc0 "\n\t"  \
   "vfmadd231ps %%zmm17, %%zmm" #r1 ", %%zmm" #acc1 "\n\t"
 #define PAGODA_Q8_ROWS(op, j, acc0, acc1) \
   op " " j ", %%zmm" #acc0 "\n\t" op " 64" j ", %%zmm" #acc1 "\n\t"
 #define PAGODA_Q8_STORE(j, acc0, acc1) \
   "vmovups %%zmm" #acc0 ", " j "\n\t" "vmovups %%zmm" #acc1 ", 64" j "\n\t"
-  __asm__ volatile(
-      "test %[first], %[first]\n\t"
-      "jz 2f\n\t"
-      ".irp r,20,21,22,23,24,25,26,27,28,29,30,31\n\t"
-      "vpxord %%zmm\\r, %%zmm\\r, %%zmm\\r\n\t"
-      ".endr\n\t"
-      "jmp 1f\n\t"
-      "2:\n\t"
-      PAGODA_Q8_ROWS("vmovups", "(%[y])", 20, 26) PAGODA_Q8_ROWS("vmovups", "(%[y],%[ldy4],1)", 21, 27)
-      PAGODA_Q8_ROWS("vmovups", "(%[y],%[ldy4],2)", 22, 28) PAGODA_Q8_ROWS("vmovups", "(%[y3])", 23, 29)
-      PAGODA_Q8_ROWS("vmovups", "(%[y3],%[ldy4],1)", 24, 30) PAGODA_Q8_ROWS("vmovups", "(%[y3],%[ldy4],2)", 25, 31)
-      "1:\n\t"
-      PAGODA_Q8_INIT(0, 0, 6) PAGODA_Q8_INIT(1, 1, 7) PAGODA_Q8_INIT(2, 2, 8)
-      PAGODA_Q8_INIT(3, 3, 9) PAGODA_Q8_INIT(4, 4, 10) PAGODA_Q8_INIT(5, 5, 11)
-      ".irp u,0,1,2,3,4,5,6,7\n\t"
-      "vmovdqa64 64*\\u(%[blk]), %%zmm12\n\t"
-      "vmovdqa64 512+64*\\u(%[blk]), %%zmm13\n\t"
-      PAGODA_Q8_DOT(0, 0, 6) PAGODA_Q8_DOT(1, 1, 7) PAGODA_Q8_DOT(2, 2, 8)
-      PAGODA_Q8_DOT(3, 3, 9) PAGODA_Q8_DOT(4, 4, 10) PAGODA_Q8_DOT(5, 5, 11)
-      ".endr\n\t"
-      "vcvtph2ps 1024(%[blk]), %%zmm14\n\t"
-      "vcvtph2ps 1056(%[blk]), %%zmm15\n\t"
-      PAGODA_Q8_SCALE(0, 0, 6, 20, 26) PAGODA_Q8_SCALE(1, 1, 7, 21, 27) PAGODA_Q8_SCALE(2, 2, 8, 22, 28)
-      PAGODA_Q8_SCALE(3, 3, 9, 23, 29) PAGODA_Q8_SCALE(4, 4, 10, 24, 30) PAGODA_Q8_SCALE(5, 5, 11, 25, 31)
-      "add $1088, %[blk]\n\t"
-      "add $192, %[x4]\n\t"
-      "add $24, %[bias]\n\t"
-      "add $24, %[dx]\n\t"
-      "dec %[n]\n\t"
-      "jnz 1b\n\t"
-      PAGODA_Q8_STORE("(%[y])", 20, 26) PAGODA_Q8_STORE("(%[y],%[ldy4],1)", 21, 27)
-      PAGODA_Q8_STORE("(%[y],%[ldy4],2)", 22, 28) PAGODA_Q8_STORE("(%[y3])", 23, 29)
-      PAGODA_Q8_STORE("(%[y3],%[ldy4],1)", 24, 30) PAGODA_Q8_STORE("(%[y3],%[ldy4],2)", 25, 31)
-      : [blk] "+r"(block), [x4] "+r"(x4), [bias] "+r"(bias), [dx] "+r"(dx), [n] "+r"(nblocks)
-      : [y] "r"(y), [y3] "r"(y3), [ldy4] "r"(ldy4), [first] "r"(static_cast<int64_t>(first))
-      : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-        "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24",
-        "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc", "memory");
+// Before the dots: the accumulators from zero or y, the integer sums from the biases.
+#define PAGODA_Q8_HEAD                                                                                \
+  "test %[first], %[first]\n\t"                                                                        \
+  "jz 2f\n\t"                                                                                          \
+  ".irp r,20,21,22,23,24,25,26,27,28,29,30,31\n\t"                                                     \
+  "vpxord %%zmm\\r, %%zmm\\r, %%zmm\\r\n\t"                                                            \
+  ".endr\n\t"                                                                                          \
+  "jmp 1f\n\t"                                                                                         \
+  "2:\n\t"                                                                                             \
+  PAGODA_Q8_ROWS("vmovups", "(%[y])", 20, 26) PAGODA_Q8_ROWS("vmovups", "(%[y],%[ldy4],1)", 21, 27)    \
+  PAGODA_Q8_ROWS("vmovups", "(%[y],%[ldy4],2)", 22, 28) PAGODA_Q8_ROWS("vmovups", "(%[y3])", 23, 29)   \
+  PAGODA_Q8_ROWS("vmovups", "(%[y3],%[ldy4],1)", 24, 30)                                               \
+  PAGODA_Q8_ROWS("vmovups", "(%[y3],%[ldy4],2)", 25, 31)                                               \
+  "1:\n\t"                                                                                             \
+  PAGODA_Q8_INIT(0, 0, 6) PAGODA_Q8_INIT(1, 1, 7) PAGODA_Q8_INIT(2, 2, 8)                              \
+  PAGODA_Q8_INIT(3, 3, 9) PAGODA_Q8_INIT(4, 4, 10) PAGODA_Q8_INIT(5, 5, 11)
+// After the dots: the block's scales (at byte `scales` of the block), the float update, the
+// next block, and at the end the accumulators to y.
+#define PAGODA_Q8_TAIL(scales, block_bytes)                                                             \
+  "vcvtph2ps " scales "(%[blk]), %%zmm14\n\t"                                                          \
+  "vcvtph2ps " scales "+32(%[blk]), %%zmm15\n\t"                                                       \
+  PAGODA_Q8_SCALE(0, 0, 6, 20, 26) PAGODA_Q8_SCALE(1, 1, 7, 21, 27) PAGODA_Q8_SCALE(2, 2, 8, 22, 28)   \
+  PAGODA_Q8_SCALE(3, 3, 9, 23, 29) PAGODA_Q8_SCALE(4, 4, 10, 24, 30) PAGODA_Q8_SCALE(5, 5, 11, 25, 31) \
+  "add $" block_bytes ", %[blk]\n\t"                                                                   \
+  "add $192, %[x4]\n\t"                                                                                \
+  "add $24, %[bias]\n\t"                                                                               \
+  "add $24, %[dx]\n\t"                                                                                 \
+  "dec %[n]\n\t"                                                                                       \
+  "jnz 1b\n\t"                                                                                         \
+  PAGODA_Q8_STORE("(%[y])", 20, 26) PAGODA_Q8_STORE("(%[y],%[ldy4],1)", 21, 27)                        \
+  PAGODA_Q8_STORE("(%[y],%[ldy4],2)", 22, 28) PAGODA_Q8_STORE("(%[y3])", 23, 29)                       \
+  PAGODA_Q8_STORE("(%[y3],%[ldy4],1)", 24, 30) PAGODA_Q8_STORE("(%[y3],%[ldy4],2)", 25, 31)
+#define PAGODA_Q8_OPERANDS                                                                              \
+  : [blk] "+r"(block), [x4] "+r"(x4), [bias] "+r"(bias), [dx] "+r"(dx), [n] "+r"(nblocks)              \
+  : [y] "r"(y), [y3] "r"(y3), [ldy4] "r"(ldy4), [first] "r"(static_cast<int64_t>(first)), [low] "v"(low) \
+  : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",     \
+    "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24",    \
+    "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc", "memory"
+  if constexpr (!kQ4) {
+    __asm__ volatile(
+        PAGODA_Q8_HEAD
+        ".irp u,0,1,2,3,4,5,6,7\n\t"
+        "vmovdqa64 64*\\u(%[blk]), %%zmm12\n\t"
+        "vmovdqa64 512+64*\\u(%[blk]), %%zmm13\n\t"
+        PAGODA_Q8_DOTS("24*\\u", 12, 13)
+        ".endr\n\t"
+        PAGODA_Q8_TAIL("1024", "1088")
+        PAGODA_Q8_OPERANDS);
+  } else {
+    // Quad u's byte holds k = 4u.. (low nibble) and k = 16 + 4u.. (high nibble): quads u, 4 + u.
+    __asm__ volatile(
+        PAGODA_Q8_HEAD
+        ".irp u,0,1,2,3\n\t"
+        "vmovdqa64 64*\\u(%[blk]), %%zmm14\n\t"
+        "vmovdqa64 256+64*\\u(%[blk]), %%zmm15\n\t"
+        "vpandd %[low], %%zmm14, %%zmm12\n\t"
+        "vpandd %[low], %%zmm15, %%zmm13\n\t"
+        "vpsrlw $4, %%zmm14, %%zmm14\n\t"
+        "vpsrlw $4, %%zmm15, %%zmm15\n\t"
+        "vpandd %[low], %%zmm14, %%zmm14\n\t"
+        "vpandd %[low], %%zmm15, %%zmm15\n\t"
+        PAGODA_Q8_DOTS("24*\\u", 12, 13)
+        PAGODA_Q8_DOTS("96+24*\\u", 14, 15)
+        ".endr\n\t"
+        PAGODA_Q8_TAIL("512", "576")
+        PAGODA_Q8_OPERANDS);
+  }
 #undef PAGODA_Q8_INIT
 #undef PAGODA_Q8_DOT
+#undef PAGODA_Q8_DOTS
 #undef PAGODA_Q8_SCALE
 #undef PAGODA_Q8_ROWS
 #undef PAGODA_Q8_STORE
+#undef PAGODA_Q8_HEAD
+#undef PAGODA_Q8_TAIL
+#undef PAGODA_Q8_OPERANDS
 }
 
 template <bool kQ4, int T>
 PAGODA_AVX512 void Q8GemmTile(const PackedWeights& pw, int64_t panel, QPack xp, int64_t b0, int64_t b1,
                               bool first, float* y, int64_t ldy) {
-  if constexpr (!kQ4 && T == 6) {
+  if constexpr (T == 6) {
     if (b1 > b0) {
-      Q8GemmTile6(pw.panel(panel) + b0 * kBlockBytes<kQ4>, xp, b1 - b0, y, ldy, first);
+      Q8GemmTile6<kQ4>(pw.panel(panel) + b0 * kBlockBytes<kQ4>, xp, b1 - b0, y, ldy, first);
       return;
     }
   }
