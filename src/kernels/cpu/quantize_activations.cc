@@ -23,6 +23,10 @@
 namespace pagoda::matmul_internal {
 namespace {
 
+// How far ahead a row's blocks are prefetched: a q8_0 llama-1b prefill spent 3.6-4.0% of its
+// time quantizing without, 2.8-2.9% with 4 KiB (8 KiB: 2.7-3.0%).
+constexpr int64_t kQuantizePrefetchBytes = 4096;
+
 // One block of 32: codes q, returns the scale d; *sum = sum of the codes.
 float QuantizeBlockGeneric(const float* src, int8_t* q, int32_t* sum) {
   float amax = 0.0f;
@@ -40,6 +44,9 @@ float QuantizeBlockGeneric(const float* src, int8_t* q, int32_t* sum) {
 }
 
 PAGODA_AVX2 float QuantizeBlockAvx2(const float* src, int8_t* q, int32_t* sum) {
+  const char* ahead = reinterpret_cast<const char*>(src) + kQuantizePrefetchBytes;
+  _mm_prefetch(ahead, _MM_HINT_T0);
+  _mm_prefetch(ahead + 64, _MM_HINT_T0);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 v[4];
   __m256 m = _mm256_setzero_ps();
@@ -117,7 +124,14 @@ PAGODA_AVX512 void QuantizeRowAvx512(const float* src, int64_t nb, int8_t* q, fl
   for (int64_t b0 = 0; b0 < nb; b0 += 16) {
     const int64_t m = nb - b0 < 16 ? nb - b0 : 16;
     alignas(64) float amax[16] = {};
-    for (int64_t b = 0; b < m; ++b) amax[b] = BlockMaxAvx512(src + (b0 + b) * 32);
+    for (int64_t b = 0; b < m; ++b) {
+      // The rows come from L3 (a prefill's activations outgrow L2): ask for them ahead of the
+      // hardware prefetcher (past the row's end it runs into the next row, prefetches do not fault).
+      const char* ahead = reinterpret_cast<const char*>(src + (b0 + b) * 32) + kQuantizePrefetchBytes;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      amax[b] = BlockMaxAvx512(src + (b0 + b) * 32);
+    }
     const __m512 d = _mm512_div_ps(_mm512_load_ps(amax), _mm512_set1_ps(127.0f));
     // id = d != 0 ? 1 / d : 0, with C's != (true for NaN).
     const __mmask16 nonzero = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ);
