@@ -134,6 +134,24 @@ TEST(CliTest, BenchLatencyJsonReportsEveryRunAgainstItsBoundsAndTheTimeByKernel)
     EXPECT_GE(mean, slow * (1 - 1e-9));
     EXPECT_LE(mean, fast * (1 + 1e-9));
     EXPECT_GT(run.at("fma_gflops_before_after")[1].get<double>(), 0.0);
+    // One FMA and one int8 peak pass at the entry of each of the 5 layers (at most 8), and the
+    // prefill bound (stories260K's f32 GEMMs and attention both at the FMA peak) at their mean
+    // rate: between the slowest and the fastest pass.
+    const auto& fma_passes = run.at("fma_gflops_interleaved_passes");
+    ASSERT_EQ(fma_passes.size(), static_cast<size_t>(kLayers));
+    ASSERT_EQ(run.at("int8_gops_interleaved_passes").size(), static_cast<size_t>(kLayers));
+    double fma_slow = 1e30, fma_fast = 0;
+    for (const auto& g : fma_passes) {
+      fma_slow = std::min(fma_slow, g.get<double>());
+      fma_fast = std::max(fma_fast, g.get<double>());
+    }
+    const double fma_mean = run.at("fma_gflops_interleaved_mean").get<double>();
+    EXPECT_GE(fma_mean, fma_slow * (1 - 1e-9));
+    EXPECT_LE(fma_mean, fma_fast * (1 + 1e-9));
+    EXPECT_NEAR(run.at("prefill_bound_tokens_per_s").get<double>(),
+                fma_mean * 1e9 / j.at("flops_per_prefill_token").get<double>(),
+                1e-6 * run.at("prefill_bound_tokens_per_s").get<double>());
+    EXPECT_GT(run.at("prefill_fraction_of_best_probe_bound").get<double>(), 0.0);
     // One attention, one KV write and two RoPE calls per layer and step; two norms per layer
     // plus the final one.
     const auto& pre = run.at("prefill_time_by_kernel");

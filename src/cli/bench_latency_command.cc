@@ -32,25 +32,39 @@ struct LatencyFlags {
 
 using Seconds = std::chrono::duration<double>;
 
-// One timed iteration: the prefill between two readings of the compute peaks; the decode
-// between two readings of the read bandwidth (best of 5 passes each) and with single read
-// passes between its steps (kDecodeProbePasses, evenly spaced). A shared or throttling host
-// changes speed within seconds, so each phase is compared with the machine as it was around
-// it, and the decode with the machine as it was during it: its bound is the mean rate of the
-// interleaved passes (their bytes over their time, as the decode's speed is its tokens over
-// its time).
+// One timed iteration: the prefill between two readings of the compute peaks (best of 3
+// passes each) and with single passes of the FMA and int8 peaks between its layers
+// (kPrefillProbePasses, evenly spaced, outside the prefill's time); the decode between two
+// readings of the read bandwidth (best of 5 passes each) and with single read passes between
+// its steps (kDecodeProbePasses, evenly spaced). A shared host changes speed within a second
+// (a busy sibling hyperthread halves the dot-product peak), so each phase is compared with the
+// machine as it was during it: its bound is the mean rate of the interleaved passes (their
+// work over their time, as the phase's speed is its tokens over its time). The readings just
+// before and after are reported beside it.
 constexpr int64_t kDecodeProbePasses = 8;
+constexpr int64_t kPrefillProbePasses = 8;
 
 struct Run {
   double prefill_s = 0, decode_s = 0;
   RooflineBounds prefill_before, prefill_after, decode_before, decode_after;
   double interleaved_probe_s = 0, interleaved_probe_bytes = 0;  // the passes between decode steps
   std::vector<double> interleaved_gbs;                         // each pass
+  std::vector<double> prefill_fma_passes, prefill_int8_passes;  // GFLOP/s, GOP/s between its layers
   OpProfile prefill_profile, decode_profile;                   // time by kernel kind
   double interleaved_gbs_mean() const {
     return interleaved_probe_s > 0 ? interleaved_probe_bytes / interleaved_probe_s / 1e9 : 0;
   }
 };
+
+// The mean rate of equal-work passes (their work over their time): the harmonic mean.
+double MeanRate(const std::vector<double>& rates) {
+  double inv = 0;
+  for (double x : rates) {
+    if (x <= 0) return 0;
+    inv += 1 / x;
+  }
+  return rates.empty() ? 0 : static_cast<double>(rates.size()) / inv;
+}
 
 // One sequence: prefill input_len tokens in one forward, then output_len single-token steps.
 // `probes`: measure the bounds around the phases (timed runs), else only run (warm-up).
@@ -78,10 +92,23 @@ Run RunOnce(Model& model, DType kv_dtype, int64_t block_size, int64_t input_len,
   Run r;
   ForwardBatch prefill = batch_for(0, input_len);
   if (probes) r.prefill_before = MeasureComputePeaks();
+  // Single peak passes at the entry of evenly spaced layers, their time taken out of the
+  // prefill's (they are outside every kernel timer, so "other" stays the framework's).
+  const int64_t layers = model.spec().num_layers;
+  const int64_t samples = std::min(kPrefillProbePasses, layers);
+  double probe_s = 0;
+  ForwardObserver observer;
+  observer.on_hidden = [&](int64_t layer, const float*, int64_t, int64_t) {
+    if (layer >= layers || (layer + 1) * samples / layers == layer * samples / layers) return;
+    const auto p0 = std::chrono::steady_clock::now();
+    r.prefill_fma_passes.push_back(MeasurePeakFmaGflops(1));
+    r.prefill_int8_passes.push_back(MeasurePeakInt8Gops(1));
+    probe_s += Seconds(std::chrono::steady_clock::now() - p0).count();
+  };
   TakeOpProfile();
   auto t0 = std::chrono::steady_clock::now();
-  model.Forward(prefill, cache, logits.data());
-  r.prefill_s = Seconds(std::chrono::steady_clock::now() - t0).count();
+  model.Forward(prefill, cache, logits.data(), probes ? &observer : nullptr);
+  r.prefill_s = Seconds(std::chrono::steady_clock::now() - t0).count() - probe_s;
   r.prefill_profile = TakeOpProfile();
   if (probes) {
     r.prefill_after = MeasureComputePeaks();
@@ -196,18 +223,23 @@ int RunLatency(const LatencyFlags& f) {
                           2.0 * classifier / f.input_len;
   const double flops_per_token = gemm_ops + attn_flops;
   const bool int8_path = spec.weight_dtype == DType::kQ8_0 || spec.weight_dtype == DType::kQ4_0;
-  // Each run's bounds: the higher of the readings just before and just after its phase
-  // (the conservative choice: a probe that lands in a slow moment cannot flatter the run).
+  // Each run's bounds: the mean rate of the passes during its phase. Beside it, the bound at
+  // the higher of the readings just before and just after the phase (the method before the
+  // interleaved passes: a fast moment outside the phase raises it).
   auto gemm_peak = [&](const RooflineBounds& b) { return int8_path && b.int8_gops > 0 ? b.int8_gops : b.fma_gflops; };
   struct Phase {
     std::vector<double> tps, bound, fraction, single_peak_fraction, best_probe_fraction;
   } pre, dec;
   for (const Run& r : runs) {
-    const double gemm = std::max(gemm_peak(r.prefill_before), gemm_peak(r.prefill_after)) * 1e9;
-    const double fma = std::max(r.prefill_before.fma_gflops, r.prefill_after.fma_gflops) * 1e9;
+    const double int8_mean = MeanRate(r.prefill_int8_passes), fma_mean = MeanRate(r.prefill_fma_passes);
+    const double gemm = (int8_path && int8_mean > 0 ? int8_mean : fma_mean) * 1e9;
+    const double fma = fma_mean * 1e9;
     pre.tps.push_back(f.input_len / r.prefill_s);
     pre.bound.push_back(1.0 / (gemm_ops / gemm + attn_flops / fma));
     pre.single_peak_fraction.push_back(pre.tps.back() / (gemm / flops_per_token));
+    const double gemm_best = std::max(gemm_peak(r.prefill_before), gemm_peak(r.prefill_after)) * 1e9;
+    const double fma_best = std::max(r.prefill_before.fma_gflops, r.prefill_after.fma_gflops) * 1e9;
+    pre.best_probe_fraction.push_back(pre.tps.back() * (gemm_ops / gemm_best + attn_flops / fma_best));
     dec.tps.push_back(f.output_len / r.decode_s);
     dec.bound.push_back(r.interleaved_gbs_mean() * 1e9 / bytes_per_token);
     pre.fraction.push_back(pre.tps.back() / pre.bound.back());
@@ -230,6 +262,11 @@ int RunLatency(const LatencyFlags& f) {
       per_run.push_back({{"prefill_tokens_per_s", pre.tps[i]}, {"prefill_bound_tokens_per_s", pre.bound[i]},
                          {"prefill_fraction_of_bound", pre.fraction[i]},
                          {"prefill_fraction_of_single_peak_bound", pre.single_peak_fraction[i]},
+                         {"prefill_fraction_of_best_probe_bound", pre.best_probe_fraction[i]},
+                         {"fma_gflops_interleaved_passes", r.prefill_fma_passes},
+                         {"int8_gops_interleaved_passes", r.prefill_int8_passes},
+                         {"fma_gflops_interleaved_mean", MeanRate(r.prefill_fma_passes)},
+                         {"int8_gops_interleaved_mean", MeanRate(r.prefill_int8_passes)},
                          {"decode_tokens_per_s", dec.tps[i]},
                          {"decode_bound_tokens_per_s", dec.bound[i]}, {"decode_fraction_of_bound", dec.fraction[i]},
                          {"decode_fraction_of_best_probe_bound", dec.best_probe_fraction[i]},
@@ -250,13 +287,15 @@ int RunLatency(const LatencyFlags& f) {
         {"attention_flops_per_prefill_token", attn_flops}, {"gemm_peak_used", int8_path ? "int8" : "fma"},
         {"prefill_fraction_of_single_peak_bound", Median(pre.single_peak_fraction)},
         {"prefill_tokens_per_s", Median(pre.tps)}, {"prefill_bound_tokens_per_s", Median(pre.bound)},
-        {"prefill_fraction_of_bound", Median(pre.fraction)}, {"decode_tokens_per_s", Median(dec.tps)},
+        {"prefill_fraction_of_bound", Median(pre.fraction)},
+        {"prefill_fraction_of_best_probe_bound", Median(pre.best_probe_fraction)},
+        {"decode_tokens_per_s", Median(dec.tps)},
         {"decode_bound_tokens_per_s", Median(dec.bound)}, {"decode_fraction_of_bound", Median(dec.fraction)},
         {"decode_fraction_of_best_probe_bound", Median(dec.best_probe_fraction)}, {"runs", per_run}};
     std::cout << out.dump(2) << std::endl;
   } else {
-    std::printf("model %s (%s), %d threads, matmul %s; medians of %zu runs, prefill against the compute peaks "
-                "just before and after it (the higher), decode against the read passes between its steps\n",
+    std::printf("model %s (%s), %d threads, matmul %s; medians of %zu runs, prefill against the compute peak "
+                "passes between its layers, decode against the read passes between its steps\n",
                 spec.name.c_str(), std::string(DTypeName(spec.weight_dtype)).c_str(), NumThreads(),
                 std::string(MatMulIsaName()).c_str(), runs.size());
     std::printf("%-8s %12s %14s %10s   %s\n", "phase", "tokens/s", "bound tok/s", "of bound", "runs (of bound)");
@@ -272,18 +311,22 @@ int RunLatency(const LatencyFlags& f) {
     };
     line("prefill", pre);
     line("decode", dec);
-    std::printf("  prefill bound: GEMMs at the %s peak, attention at the FMA peak (all at the %s peak: %.1f%%); "
-                "decode bound: weights + KV bytes at the mean read rate of %lld passes between the steps "
+    std::printf("  prefill bound: GEMMs at the %s peak, attention at the FMA peak, each at the mean rate of %lld "
+                "passes between the layers (all at the %s peak: %.1f%%; against the best readings before or after "
+                "the prefill: %.1f%%)\n",
+                int8_path ? "int8" : "FMA", static_cast<long long>(std::min(kPrefillProbePasses, spec.num_layers)),
+                int8_path ? "int8" : "FMA", 100 * Median(pre.single_peak_fraction),
+                100 * Median(pre.best_probe_fraction));
+    std::printf("  decode bound: weights + KV bytes at the mean read rate of %lld passes between the steps "
                 "(against the best pass before or after the decode: %.1f%%)\n",
-                int8_path ? "int8" : "FMA", int8_path ? "int8" : "FMA", 100 * Median(pre.single_peak_fraction),
                 static_cast<long long>(std::min(kDecodeProbePasses, f.output_len)), 100 * Median(dec.best_probe_fraction));
     for (size_t i = 0; i < runs.size(); ++i) {
       const Run& r = runs[i];
-      std::printf("  run %zu bounds: FMA %.0f/%.0f GFLOP/s, int8 %.0f/%.0f GOP/s (before/after prefill), read "
-                  "%.1f GB/s during the decode (best %.1f/%.1f before/after)\n",
-                  i + 1, r.prefill_before.fma_gflops, r.prefill_after.fma_gflops, r.prefill_before.int8_gops,
-                  r.prefill_after.int8_gops, r.interleaved_gbs_mean(), r.decode_before.read_gbs,
-                  r.decode_after.read_gbs);
+      std::printf("  run %zu bounds: FMA %.0f, int8 %.0f during the prefill (best %.0f/%.0f GFLOP/s, %.0f/%.0f GOP/s "
+                  "before/after); read %.1f GB/s during the decode (best %.1f/%.1f before/after)\n",
+                  i + 1, MeanRate(r.prefill_fma_passes), MeanRate(r.prefill_int8_passes), r.prefill_before.fma_gflops,
+                  r.prefill_after.fma_gflops, r.prefill_before.int8_gops, r.prefill_after.int8_gops,
+                  r.interleaved_gbs_mean(), r.decode_before.read_gbs, r.decode_after.read_gbs);
     }
     PrintProfiles(mid);
   }

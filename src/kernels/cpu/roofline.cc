@@ -265,15 +265,16 @@ double ReadProbe::BestGBs(int repeats) {
 
 double MeasureReadBandwidthGBs(int64_t bytes, int repeats) { return ReadProbe(bytes).BestGBs(repeats); }
 
-double MeasurePeakFmaGflops() {
+double MeasurePeakFmaGflops(int repeats) {
+  repeats = std::max(1, repeats);
   const int threads = NumThreads();
   if (KernelsAvx512()) {
-    return BestRate(threads * 2.0 * kIters * 12 * 16 / 1e9, 3, [](int64_t) { g_sink = g_sink + FmaLoopAvx512(); });
+    return BestRate(threads * 2.0 * kIters * 12 * 16 / 1e9, repeats, [](int64_t) { g_sink = g_sink + FmaLoopAvx512(); });
   }
   if (KernelsAvx2()) {
-    return BestRate(threads * 2.0 * kIters * 12 * 8 / 1e9, 3, [](int64_t) { g_sink = g_sink + FmaLoopAvx2(); });
+    return BestRate(threads * 2.0 * kIters * 12 * 8 / 1e9, repeats, [](int64_t) { g_sink = g_sink + FmaLoopAvx2(); });
   }
-  return BestRate(threads * 2.0 * (kIters / 8) * 12 / 1e9, 3, [](int64_t) { g_sink = g_sink + FmaLoopScalar(); });
+  return BestRate(threads * 2.0 * (kIters / 8) * 12 / 1e9, repeats, [](int64_t) { g_sink = g_sink + FmaLoopScalar(); });
 }
 
 double MeasurePeakBf16Gflops() {
@@ -281,13 +282,14 @@ double MeasurePeakBf16Gflops() {
   return BestRate(NumThreads() * 2.0 * kIters * 12 * 32 / 1e9, 3, [](int64_t) { g_sink = g_sink + Bf16Loop(); });
 }
 
-double MeasurePeakInt8Gops() {
+double MeasurePeakInt8Gops(int repeats) {
+  repeats = std::max(1, repeats);
   const int threads = NumThreads();
   if (KernelsAvx512() && GetCpuFeatures().avx512_vnni) {
-    return BestRate(threads * 2.0 * kIters * 12 * 64 / 1e9, 3, [](int64_t) { g_sink = g_sink + VnniLoop(); });
+    return BestRate(threads * 2.0 * kIters * 12 * 64 / 1e9, repeats, [](int64_t) { g_sink = g_sink + VnniLoop(); });
   }
   if (KernelsAvx2()) {
-    return BestRate(threads * 2.0 * kIters * 8 * 32 / 1e9, 3, [](int64_t) { g_sink = g_sink + MaddubsLoop(); });
+    return BestRate(threads * 2.0 * kIters * 8 * 32 / 1e9, repeats, [](int64_t) { g_sink = g_sink + MaddubsLoop(); });
   }
   return 0;
 }

@@ -43,8 +43,10 @@ int64_t ReadProbeBytes();
 
 // Peak f32 FMA throughput in GFLOP/s (2 flops per multiply-add), with the vectors of the
 // MatMul level in use (AVX-512, AVX2+FMA, else scalar; PAGODA_MATMUL_ISA or the best the
-// CPU has). The bf16 and int8 peaks below follow the same level.
-double MeasurePeakFmaGflops();
+// CPU has). The bf16 and int8 peaks below follow the same level. `repeats`: the best of that
+// many passes (one pass: ~10 ms; `pagoda bench latency` samples single passes between a
+// prefill's layers).
+double MeasurePeakFmaGflops(int repeats = 3);
 
 // Peak vdpbf16ps throughput in GFLOP/s (2 flops per bf16 multiply-add); 0 when the
 // CPU lacks AVX512_BF16.
@@ -53,7 +55,7 @@ double MeasurePeakBf16Gflops();
 // Peak int8 dot-product throughput in GOP/s (2 ops per u8 x s8 multiply-add) with the
 // instructions the quantized MatMul uses: vpdpbusd (AVX-512 VNNI), else
 // vpmaddubsw + vpmaddwd + vpaddd (AVX2); 0 without AVX2.
-double MeasurePeakInt8Gops();
+double MeasurePeakInt8Gops(int repeats = 3);
 
 struct RooflineBounds {
   double read_gbs = 0;
