@@ -107,6 +107,16 @@ TEST(CliTest, BenchLatencyJsonReportsEveryRunAgainstItsBoundsAndTheTimeByKernel)
   constexpr int kLayers = 5;                    // stories260K
   const auto& runs = j.at("runs");
   ASSERT_EQ(runs.size(), 2u);
+  // A phase's bound is the mean rate of its passes: between the slowest and the fastest.
+  auto expect_mean_between_passes = [](const nlohmann::json& run, const char* passes, const char* mean) {
+    double slow = 1e30, fast = 0;
+    for (const auto& g : run.at(passes)) {
+      slow = std::min(slow, g.get<double>());
+      fast = std::max(fast, g.get<double>());
+    }
+    EXPECT_GE(run.at(mean).get<double>(), slow * (1 - 1e-9)) << mean;
+    EXPECT_LE(run.at(mean).get<double>(), fast * (1 + 1e-9)) << mean;
+  };
   double lo = 1e30, hi = 0;
   for (const auto& run : runs) {
     const double tps = run.at("prefill_tokens_per_s").get<double>();
@@ -123,31 +133,16 @@ TEST(CliTest, BenchLatencyJsonReportsEveryRunAgainstItsBoundsAndTheTimeByKernel)
     EXPECT_GT(run.at("read_gbs_before_after")[0].get<double>(), 0.0);
     // One read pass after each decode step here (4 steps, at most 8 passes), and the decode
     // bound is their mean rate: between the slowest and the fastest pass.
-    const auto& passes = run.at("read_gbs_interleaved_passes");
-    ASSERT_EQ(passes.size(), 4u);
-    double slow = 1e30, fast = 0;
-    for (const auto& g : passes) {
-      slow = std::min(slow, g.get<double>());
-      fast = std::max(fast, g.get<double>());
-    }
-    const double mean = run.at("read_gbs_interleaved_mean").get<double>();
-    EXPECT_GE(mean, slow * (1 - 1e-9));
-    EXPECT_LE(mean, fast * (1 + 1e-9));
+    ASSERT_EQ(run.at("read_gbs_interleaved_passes").size(), 4u);
+    expect_mean_between_passes(run, "read_gbs_interleaved_passes", "read_gbs_interleaved_mean");
     EXPECT_GT(run.at("fma_gflops_before_after")[1].get<double>(), 0.0);
     // One FMA and one int8 peak pass at the entry of each of the 5 layers (at most 8), and the
     // prefill bound (stories260K's f32 GEMMs and attention both at the FMA peak) at their mean
     // rate: between the slowest and the fastest pass.
-    const auto& fma_passes = run.at("fma_gflops_interleaved_passes");
-    ASSERT_EQ(fma_passes.size(), static_cast<size_t>(kLayers));
+    ASSERT_EQ(run.at("fma_gflops_interleaved_passes").size(), static_cast<size_t>(kLayers));
     ASSERT_EQ(run.at("int8_gops_interleaved_passes").size(), static_cast<size_t>(kLayers));
-    double fma_slow = 1e30, fma_fast = 0;
-    for (const auto& g : fma_passes) {
-      fma_slow = std::min(fma_slow, g.get<double>());
-      fma_fast = std::max(fma_fast, g.get<double>());
-    }
+    expect_mean_between_passes(run, "fma_gflops_interleaved_passes", "fma_gflops_interleaved_mean");
     const double fma_mean = run.at("fma_gflops_interleaved_mean").get<double>();
-    EXPECT_GE(fma_mean, fma_slow * (1 - 1e-9));
-    EXPECT_LE(fma_mean, fma_fast * (1 + 1e-9));
     EXPECT_NEAR(run.at("prefill_bound_tokens_per_s").get<double>(),
                 fma_mean * 1e9 / j.at("flops_per_prefill_token").get<double>(),
                 1e-6 * run.at("prefill_bound_tokens_per_s").get<double>());

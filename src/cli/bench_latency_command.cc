@@ -44,6 +44,16 @@ using Seconds = std::chrono::duration<double>;
 constexpr int64_t kDecodeProbePasses = 8;
 constexpr int64_t kPrefillProbePasses = 8;
 
+// The mean rate of equal-work passes (their work over their time): the harmonic mean.
+double MeanRate(const std::vector<double>& rates) {
+  double inv = 0;
+  for (double x : rates) {
+    if (x <= 0) return 0;
+    inv += 1 / x;
+  }
+  return rates.empty() ? 0 : static_cast<double>(rates.size()) / inv;
+}
+
 struct Run {
   double prefill_s = 0, decode_s = 0;
   RooflineBounds prefill_before, prefill_after, decode_before, decode_after;
@@ -54,17 +64,9 @@ struct Run {
   double interleaved_gbs_mean() const {
     return interleaved_probe_s > 0 ? interleaved_probe_bytes / interleaved_probe_s / 1e9 : 0;
   }
+  double prefill_fma_mean() const { return MeanRate(prefill_fma_passes); }
+  double prefill_int8_mean() const { return MeanRate(prefill_int8_passes); }
 };
-
-// The mean rate of equal-work passes (their work over their time): the harmonic mean.
-double MeanRate(const std::vector<double>& rates) {
-  double inv = 0;
-  for (double x : rates) {
-    if (x <= 0) return 0;
-    inv += 1 / x;
-  }
-  return rates.empty() ? 0 : static_cast<double>(rates.size()) / inv;
-}
 
 // One sequence: prefill input_len tokens in one forward, then output_len single-token steps.
 // `probes`: measure the bounds around the phases (timed runs), else only run (warm-up).
@@ -231,7 +233,7 @@ int RunLatency(const LatencyFlags& f) {
     std::vector<double> tps, bound, fraction, single_peak_fraction, best_probe_fraction;
   } pre, dec;
   for (const Run& r : runs) {
-    const double int8_mean = MeanRate(r.prefill_int8_passes), fma_mean = MeanRate(r.prefill_fma_passes);
+    const double int8_mean = r.prefill_int8_mean(), fma_mean = r.prefill_fma_mean();
     const double gemm = (int8_path && int8_mean > 0 ? int8_mean : fma_mean) * 1e9;
     const double fma = fma_mean * 1e9;
     pre.tps.push_back(f.input_len / r.prefill_s);
@@ -265,8 +267,8 @@ int RunLatency(const LatencyFlags& f) {
                          {"prefill_fraction_of_best_probe_bound", pre.best_probe_fraction[i]},
                          {"fma_gflops_interleaved_passes", r.prefill_fma_passes},
                          {"int8_gops_interleaved_passes", r.prefill_int8_passes},
-                         {"fma_gflops_interleaved_mean", MeanRate(r.prefill_fma_passes)},
-                         {"int8_gops_interleaved_mean", MeanRate(r.prefill_int8_passes)},
+                         {"fma_gflops_interleaved_mean", r.prefill_fma_mean()},
+                         {"int8_gops_interleaved_mean", r.prefill_int8_mean()},
                          {"decode_tokens_per_s", dec.tps[i]},
                          {"decode_bound_tokens_per_s", dec.bound[i]}, {"decode_fraction_of_bound", dec.fraction[i]},
                          {"decode_fraction_of_best_probe_bound", dec.best_probe_fraction[i]},
@@ -324,7 +326,7 @@ int RunLatency(const LatencyFlags& f) {
       const Run& r = runs[i];
       std::printf("  run %zu bounds: FMA %.0f, int8 %.0f during the prefill (best %.0f/%.0f GFLOP/s, %.0f/%.0f GOP/s "
                   "before/after); read %.1f GB/s during the decode (best %.1f/%.1f before/after)\n",
-                  i + 1, MeanRate(r.prefill_fma_passes), MeanRate(r.prefill_int8_passes), r.prefill_before.fma_gflops,
+                  i + 1, r.prefill_fma_mean(), r.prefill_int8_mean(), r.prefill_before.fma_gflops,
                   r.prefill_after.fma_gflops, r.prefill_before.int8_gops, r.prefill_after.int8_gops,
                   r.interleaved_gbs_mean(), r.decode_before.read_gbs, r.decode_after.read_gbs);
     }

@@ -68,6 +68,12 @@ const int kGemvPanels = [] {
 }();
 constexpr int64_t kL2WeightBudget = 256 * 1024;
 
+// Inline-asm pieces shared by the written-out GEMM tiles below: the 32 outputs of one token
+// (at address `at`, e.g. "(%[y],%[ldy4],2)") to or from the registers r0 (rows 0-15) and r1
+// (rows 16-31).
+#define PAGODA_ASM_LOAD_ROWS(at, r0, r1) "vmovups " at ", %%zmm" #r0 "\n\t" "vmovups 64" at ", %%zmm" #r1 "\n\t"
+#define PAGODA_ASM_STORE_ROWS(at, r0, r1) "vmovups %%zmm" #r0 ", " at "\n\t" "vmovups %%zmm" #r1 ", 64" at "\n\t"
+
 // ---- float panels -------------------------------------------------------------
 
 constexpr int64_t kFloatKc = 256;
@@ -92,12 +98,6 @@ PAGODA_AVX512_INLINE void LoadPanelStep(const uint8_t* wp, __m512 (&w)[2], __m51
   }
 }
 
-// Panels [panel, panel + P) x T tokens whose activations are packed k-major for this
-// k-slice: xp[(k - k0) * T + j] (one pointer, constant offsets, no cache set conflicts
-// between token rows; for one token that is x itself from k0). `first`: start from zero,
-// else from y. y: token j of panel q at y[j * ldy + q * panel rows]. kPrefetch (GEMV,
-// streaming): prefetch each panel kPrefetchAhead bytes ahead.
-//
 // FloatGemmTile12: the f32 tile of 1 panel x 12 tokens (F32 weights and the widened BF16/F16
 // slices: a prefill's float GEMM time) over nk steps of k, as FloatGemmTile<kF32, 1, 12>
 // computes it, with the registers written out: sums of rows 0-15 in zmm0-11, rows 16-31 in
@@ -119,8 +119,6 @@ PAGODA_AVX512 void FloatGemmTile12(const uint8_t* w, const float* xp, int64_t nk
   X("(%[y9])", 9, 21) X("(%[y9],%[ldy4],1)", 10, 22) X("(%[y9],%[ldy4],2)", 11, 23)
 #define PAGODA_F12_ZERO(at, r0, r1) "vpxord %%zmm" #r0 ", %%zmm" #r0 ", %%zmm" #r0 "\n\t" \
   "vpxord %%zmm" #r1 ", %%zmm" #r1 ", %%zmm" #r1 "\n\t"
-#define PAGODA_F12_LOAD(at, r0, r1) "vmovups " at ", %%zmm" #r0 "\n\t" "vmovups 64" at ", %%zmm" #r1 "\n\t"
-#define PAGODA_F12_STORE(at, r0, r1) "vmovups %%zmm" #r0 ", " at "\n\t" "vmovups %%zmm" #r1 ", 64" at "\n\t"
 #define PAGODA_F12_FMA(at, r0, r1)                               \
   "vfmadd231ps 4*" #r0 "(%[xp])%{1to16%}, %%zmm24, %%zmm" #r0 "\n\t" \
   "vfmadd231ps 4*" #r0 "(%[xp])%{1to16%}, %%zmm25, %%zmm" #r1 "\n\t"
@@ -130,7 +128,7 @@ PAGODA_AVX512 void FloatGemmTile12(const uint8_t* w, const float* xp, int64_t nk
       PAGODA_F12_TOKENS(PAGODA_F12_ZERO)
       "jmp 1f\n\t"
       "2:\n\t"
-      PAGODA_F12_TOKENS(PAGODA_F12_LOAD)
+      PAGODA_F12_TOKENS(PAGODA_ASM_LOAD_ROWS)
       "1:\n\t"
       "vmovaps (%[w]), %%zmm24\n\t"
       "vmovaps 64(%[w]), %%zmm25\n\t"
@@ -139,7 +137,7 @@ PAGODA_AVX512 void FloatGemmTile12(const uint8_t* w, const float* xp, int64_t nk
       "add $48, %[xp]\n\t"
       "dec %[n]\n\t"
       "jnz 1b\n\t"
-      PAGODA_F12_TOKENS(PAGODA_F12_STORE)
+      PAGODA_F12_TOKENS(PAGODA_ASM_STORE_ROWS)
       : [w] "+r"(w), [xp] "+r"(xp), [n] "+r"(nk)
       : [y] "r"(y), [y3] "r"(y3), [y6] "r"(y6), [y9] "r"(y9), [ldy4] "r"(ldy4),
         [first] "r"(static_cast<int64_t>(first))
@@ -148,11 +146,14 @@ PAGODA_AVX512 void FloatGemmTile12(const uint8_t* w, const float* xp, int64_t nk
         "xmm23", "xmm24", "xmm25", "cc", "memory");
 #undef PAGODA_F12_TOKENS
 #undef PAGODA_F12_ZERO
-#undef PAGODA_F12_LOAD
-#undef PAGODA_F12_STORE
 #undef PAGODA_F12_FMA
 }
 
+// Panels [panel, panel + P) x T tokens whose activations are packed k-major for this
+// k-slice: xp[(k - k0) * T + j] (one pointer, constant offsets, no cache set conflicts
+// between token rows; for one token that is x itself from k0). `first`: start from zero,
+// else from y. y: token j of panel q at y[j * ldy + q * panel rows]. kPrefetch (GEMV,
+// streaming): prefetch each panel kPrefetchAhead bytes ahead.
 template <DType kW, int P, int T, bool kPrefetch = false>
 PAGODA_AVX512 void FloatGemmTile(const uint8_t* panel, int64_t panel_bytes, const float* xp,
                                  int64_t k0, int64_t k1, bool first, float* y, int64_t ldy) {
@@ -474,10 +475,10 @@ PAGODA_AVX512 void Q8GemmTile6(const uint8_t* block, QPack xp, int64_t nblocks, 
   "vcvtdq2ps %%zmm" #r1 ", %%zmm" #r1 "\n\t"               \
   "vfmadd231ps %%zmm16, %%zmm" #r0 ", %%zmm" #acc0 "\n\t"  \
   "vfmadd231ps %%zmm17, %%zmm" #r1 ", %%zmm" #acc1 "\n\t"
-#define PAGODA_Q8_ROWS(op, j, acc0, acc1) \
-  op " " j ", %%zmm" #acc0 "\n\t" op " 64" j ", %%zmm" #acc1 "\n\t"
-#define PAGODA_Q8_STORE(j, acc0, acc1) \
-  "vmovups %%zmm" #acc0 ", " j "\n\t" "vmovups %%zmm" #acc1 ", 64" j "\n\t"
+// X(address of token j's 32 outputs, register of rows 0-15, register of rows 16-31)
+#define PAGODA_Q8_TOKENS(X)                                                                      \
+  X("(%[y])", 20, 26) X("(%[y],%[ldy4],1)", 21, 27) X("(%[y],%[ldy4],2)", 22, 28)                \
+  X("(%[y3])", 23, 29) X("(%[y3],%[ldy4],1)", 24, 30) X("(%[y3],%[ldy4],2)", 25, 31)
 // Before the dots: the accumulators from zero or y, the integer sums from the biases.
 #define PAGODA_Q8_HEAD                                                                                \
   "test %[first], %[first]\n\t"                                                                        \
@@ -487,10 +488,7 @@ PAGODA_AVX512 void Q8GemmTile6(const uint8_t* block, QPack xp, int64_t nblocks, 
   ".endr\n\t"                                                                                          \
   "jmp 1f\n\t"                                                                                         \
   "2:\n\t"                                                                                             \
-  PAGODA_Q8_ROWS("vmovups", "(%[y])", 20, 26) PAGODA_Q8_ROWS("vmovups", "(%[y],%[ldy4],1)", 21, 27)    \
-  PAGODA_Q8_ROWS("vmovups", "(%[y],%[ldy4],2)", 22, 28) PAGODA_Q8_ROWS("vmovups", "(%[y3])", 23, 29)   \
-  PAGODA_Q8_ROWS("vmovups", "(%[y3],%[ldy4],1)", 24, 30)                                               \
-  PAGODA_Q8_ROWS("vmovups", "(%[y3],%[ldy4],2)", 25, 31)                                               \
+  PAGODA_Q8_TOKENS(PAGODA_ASM_LOAD_ROWS)                                                               \
   "1:\n\t"                                                                                             \
   PAGODA_Q8_INIT(0, 0, 6) PAGODA_Q8_INIT(1, 1, 7) PAGODA_Q8_INIT(2, 2, 8)                              \
   PAGODA_Q8_INIT(3, 3, 9) PAGODA_Q8_INIT(4, 4, 10) PAGODA_Q8_INIT(5, 5, 11)
@@ -507,9 +505,7 @@ PAGODA_AVX512 void Q8GemmTile6(const uint8_t* block, QPack xp, int64_t nblocks, 
   "add $24, %[dx]\n\t"                                                                                 \
   "dec %[n]\n\t"                                                                                       \
   "jnz 1b\n\t"                                                                                         \
-  PAGODA_Q8_STORE("(%[y])", 20, 26) PAGODA_Q8_STORE("(%[y],%[ldy4],1)", 21, 27)                        \
-  PAGODA_Q8_STORE("(%[y],%[ldy4],2)", 22, 28) PAGODA_Q8_STORE("(%[y3])", 23, 29)                       \
-  PAGODA_Q8_STORE("(%[y3],%[ldy4],1)", 24, 30) PAGODA_Q8_STORE("(%[y3],%[ldy4],2)", 25, 31)
+  PAGODA_Q8_TOKENS(PAGODA_ASM_STORE_ROWS)
 #define PAGODA_Q8_OPERANDS                                                                              \
   : [blk] "+r"(block), [x4] "+r"(x4), [bias] "+r"(bias), [dx] "+r"(dx), [n] "+r"(nblocks)              \
   : [y] "r"(y), [y3] "r"(y3), [ldy4] "r"(ldy4), [first] "r"(static_cast<int64_t>(first)), [low] "v"(low) \
@@ -549,8 +545,7 @@ PAGODA_AVX512 void Q8GemmTile6(const uint8_t* block, QPack xp, int64_t nblocks, 
 #undef PAGODA_Q8_DOT
 #undef PAGODA_Q8_DOTS
 #undef PAGODA_Q8_SCALE
-#undef PAGODA_Q8_ROWS
-#undef PAGODA_Q8_STORE
+#undef PAGODA_Q8_TOKENS
 #undef PAGODA_Q8_HEAD
 #undef PAGODA_Q8_TAIL
 #undef PAGODA_Q8_OPERANDS
@@ -622,6 +617,9 @@ PAGODA_AVX512 void Q8Panels(const PackedWeights& pw, const PackedInputs& in, int
     }
   });
 }
+
+#undef PAGODA_ASM_LOAD_ROWS
+#undef PAGODA_ASM_STORE_ROWS
 
 }  // namespace
 

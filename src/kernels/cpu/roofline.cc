@@ -109,7 +109,7 @@ double TimeOnAllThreads(Fn&& fn) {
 template <typename Fn>
 double BestRate(double work, int repeats, Fn&& fn) {
   double best = 0;
-  for (int r = 0; r < repeats; ++r) best = std::max(best, work / TimeOnAllThreads(fn));
+  for (int r = 0; r < std::max(1, repeats); ++r) best = std::max(best, work / TimeOnAllThreads(fn));
   return best;
 }
 
@@ -266,7 +266,6 @@ double ReadProbe::BestGBs(int repeats) {
 double MeasureReadBandwidthGBs(int64_t bytes, int repeats) { return ReadProbe(bytes).BestGBs(repeats); }
 
 double MeasurePeakFmaGflops(int repeats) {
-  repeats = std::max(1, repeats);
   const int threads = NumThreads();
   if (KernelsAvx512()) {
     return BestRate(threads * 2.0 * kIters * 12 * 16 / 1e9, repeats, [](int64_t) { g_sink = g_sink + FmaLoopAvx512(); });
@@ -283,7 +282,6 @@ double MeasurePeakBf16Gflops() {
 }
 
 double MeasurePeakInt8Gops(int repeats) {
-  repeats = std::max(1, repeats);
   const int threads = NumThreads();
   if (KernelsAvx512() && GetCpuFeatures().avx512_vnni) {
     return BestRate(threads * 2.0 * kIters * 12 * 64 / 1e9, repeats, [](int64_t) { g_sink = g_sink + VnniLoop(); });
