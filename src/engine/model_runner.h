@@ -20,6 +20,18 @@ class ModelRunner {
   struct StepResult {
     std::vector<Request*> sampled;  // requests that get a new token, in batch order
     std::vector<float> logits;      // [sampled.size(), vocab]
+    // Requests with spec.want_prompt_logits: the logits at the prompt positions computed in
+    // this step that predict a prompt token (position p < num_prompt_tokens - 1; row i of a
+    // PromptRows is the logits at position first_position + i, i.e. the distribution of the
+    // prompt token at first_position + i + 1). The last prompt position's logits are the
+    // sampled row in `logits`. In batch order, rows in prompt_logits one after the other.
+    struct PromptRows {
+      Request* request = nullptr;
+      int64_t first_position = 0;
+      int64_t count = 0;
+    };
+    std::vector<PromptRows> prompt_rows;
+    std::vector<float> prompt_logits;  // [sum of prompt_rows' count, vocab]
   };
   StepResult Execute(const SchedulerOutput& out);
 

@@ -36,6 +36,9 @@ struct RequestSpec {
   std::vector<int32_t> stop_token_ids;
   std::string cache_salt;          // extra prefix-hash key: tenants do not share blocks
   int64_t n = 1;                   // samples; they share the prompt's blocks (Fork)
+  // The logits at every prompt position are handed back (ModelRunner::StepResult::prompt_*)
+  // from the same forward pass as the prefill, for prompt logprobs (echo, prompt_logprobs).
+  bool want_prompt_logits = false;
 };
 
 struct Request {
