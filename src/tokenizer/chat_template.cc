@@ -1,8 +1,8 @@
 #include "tokenizer/chat_template.h"
 
 #include "core/error.h"
-#include "tokenizer/jinja/lexer.h"
-#include "tokenizer/jinja/parser.h"
+#include "jinja/lexer.h"
+#include "jinja/parser.h"
 
 namespace pagoda {
 

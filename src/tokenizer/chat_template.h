@@ -31,7 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/jinja/interpreter.h"
+#include "jinja/interpreter.h"
 
 namespace pagoda {
 

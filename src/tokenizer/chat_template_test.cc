@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tokenizer/jinja/jinja_test_util.h"
+#include "jinja/jinja_test_util.h"
 
 namespace pagoda {
 namespace {

@@ -4,8 +4,7 @@
 // loops, scoping, macros, whitespace control, tojson and the error cases.
 #include <gtest/gtest.h>
 
-#include "tokenizer/chat_template.h"
-#include "tokenizer/jinja/jinja_test_util.h"
+#include "jinja/jinja_test_util.h"
 
 namespace pagoda::jinja {
 namespace {
@@ -22,12 +21,10 @@ TEST(JinjaLanguageGoldenTest, EveryCaseMatchesJinja2) {
     std::string error;
     bool parse_error = false;
     try {
-      ChatTemplate t = ChatTemplate::Parse(source, "case");
+      NodeList nodes = testing::Parse(source, "case");
       try {
-        ChatTemplateInputs inputs;
-        inputs.extra_context = c["context"];
-        inputs.now = golden["now"].get<std::time_t>();
-        got = t.Render(inputs);
+        got = testing::Render(nodes, "case", c["context"], RenderLimits{},
+                              golden["now"].get<std::time_t>());
       } catch (const Error& e) {
         error = e.what();
       }

@@ -1,12 +1,12 @@
 // jinja2's built-in filters and tests, with Hugging Face's tojson.
-#include "tokenizer/jinja/filters.h"
+#include "jinja/filters.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include "core/error.h"
-#include "tokenizer/jinja/interpreter.h"
+#include "jinja/interpreter.h"
 
 namespace pagoda::jinja {
 namespace {

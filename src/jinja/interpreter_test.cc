@@ -1,10 +1,10 @@
 // Limits and error reporting of the Jinja engine: hostile or broken templates
 // fail with a clear pagoda::Error naming the line, never crash or hang.
-#include "tokenizer/jinja/interpreter.h"
+#include "jinja/interpreter.h"
 
 #include <gtest/gtest.h>
 
-#include "tokenizer/chat_template.h"
+#include "jinja/jinja_test_util.h"
 
 namespace pagoda::jinja {
 namespace {
@@ -12,9 +12,8 @@ namespace {
 // Returns the error message of parsing and rendering `source`, or "" on success.
 std::string ErrorOf(const std::string& source, RenderLimits limits = {}) {
   try {
-    ChatTemplate t = ChatTemplate::Parse(source, "t.jinja");
-    t.set_limits(limits);
-    t.Render(nlohmann::ordered_json::array(), nullptr, false, "", "");
+    NodeList nodes = testing::Parse(source, "t.jinja");
+    testing::Render(nodes, "t.jinja", nlohmann::ordered_json::object(), limits);
   } catch (const Error& e) {
     return e.what();
   }
@@ -85,11 +84,11 @@ TEST(JinjaLimitsTest, OutputSizeIsBounded) {
 }
 
 TEST(JinjaInterpreterTest, BreakAndContinueOnlyLeaveTheInnermostLoop) {
-  ChatTemplate t = ChatTemplate::Parse(
+  NodeList nodes = testing::Parse(
       "{% for i in [1, 2, 3] %}{% for j in [1, 2, 3] %}{% if j == 2 %}{% break %}{% endif %}"
       "{{ i }}{{ j }} {% endfor %}{% if i == 2 %}{% continue %}{% endif %}|{% endfor %}",
       "t");
-  EXPECT_EQ(t.Render(nlohmann::ordered_json::array(), nullptr, false, "", ""), "11 |21 31 |");
+  EXPECT_EQ(testing::Render(nodes, "t"), "11 |21 31 |");
 }
 
 }  // namespace

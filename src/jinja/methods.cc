@@ -4,8 +4,8 @@
 #include <ctime>
 
 #include "core/error.h"
-#include "tokenizer/jinja/filters.h"
-#include "tokenizer/jinja/interpreter.h"
+#include "jinja/filters.h"
+#include "jinja/interpreter.h"
 
 namespace pagoda::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/interpreter.h"
+#include "jinja/interpreter.h"
 
 #include <algorithm>
 #include <ctime>

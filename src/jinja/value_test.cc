@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/value.h"
+#include "jinja/value.h"
 
 #include <cmath>
 #include <limits>

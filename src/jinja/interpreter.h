@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "tokenizer/jinja/parser.h"
-#include "tokenizer/jinja/value.h"
+#include "jinja/parser.h"
+#include "jinja/value.h"
 
 namespace pagoda::jinja {
 

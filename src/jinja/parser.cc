@@ -1,10 +1,10 @@
-#include "tokenizer/jinja/parser.h"
+#include "jinja/parser.h"
 
 #include <cstdlib>
 #include <initializer_list>
 
 #include "core/error.h"
-#include "tokenizer/jinja/filters.h"
+#include "jinja/filters.h"
 
 namespace pagoda::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/lexer.h"
+#include "jinja/lexer.h"
 
 #include <cstring>
 

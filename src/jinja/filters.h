@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/jinja/value.h"
+#include "jinja/value.h"
 
 namespace pagoda::jinja {
 
