@@ -1,4 +1,4 @@
-// CPU MatMul speed against this machine's measured bounds (kernels/cpu/roofline.h).
+// CPU MatMul speed against this machine's measured bounds (probe/roofline.h).
 //
 //   GEMV (decode, 1 token): GB/s of weight bytes read, and % of the measured read
 //     bandwidth (the decode bound).
@@ -21,7 +21,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/roofline.h"
+#include "probe/roofline.h"
 
 namespace pagoda {
 namespace {

@@ -20,7 +20,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed_weights.h"
-#include "kernels/cpu/roofline.h"
+#include "probe/roofline.h"
 
 namespace {
 

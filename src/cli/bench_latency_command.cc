@@ -16,8 +16,8 @@
 #include "core/parallel.h"
 #include "core/progress_bar.h"
 #include "kernels/cpu/matmul.h"
-#include "kernels/cpu/roofline.h"
 #include "kv/kv_layout.h"
+#include "probe/roofline.h"
 
 namespace pagoda::cli {
 namespace {

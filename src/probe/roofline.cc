@@ -1,4 +1,4 @@
-#include "kernels/cpu/roofline.h"
+#include "probe/roofline.h"
 
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsics as uninitialized.
 #pragma GCC diagnostic ignored "-Wuninitialized"

@@ -1,7 +1,7 @@
 // The roofline probes: the read-bandwidth buffer is far larger than the last-level cache
 // (so `bench latency` divides by memory's bandwidth, not the cache's), and every probe
 // returns a positive, finite figure.
-#include "kernels/cpu/roofline.h"
+#include "probe/roofline.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
