@@ -4,10 +4,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <string>
 
 #include "core/error.h"
+#include "core/memory_info.h"
 
 namespace pagoda {
 
@@ -80,20 +80,12 @@ int64_t ParseMemorySize(std::string_view text, std::string_view flag) {
 }
 
 int64_t ReadMemAvailableBytes(const std::string& meminfo_path) {
-  std::ifstream in(meminfo_path);
-  if (!in) ThrowNotFound(meminfo_path + ": cannot open (needed to size the KV cache; pass "
-                                        "--kv-cache-memory SIZE)");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream fields(line.substr(13));
-    int64_t kib = -1;
-    std::string unit;
-    fields >> kib >> unit;
-    if (kib < 0 || Lower(unit) != "kb") break;
-    return kib * 1024;
+  try {
+    return ReadMeminfoBytes("MemAvailable", meminfo_path);
+  } catch (const Error& e) {
+    ThrowError(e.code(), std::string(e.what()) +
+                             " (needed to size the KV cache; pass --kv-cache-memory SIZE)");
   }
-  ThrowNotFound(meminfo_path + ": no readable MemAvailable line (pass --kv-cache-memory SIZE)");
 }
 
 double KVCacheConfig::max_concurrency() const {

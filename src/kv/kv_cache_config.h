@@ -32,8 +32,8 @@ inline constexpr double kDefaultCpuKVFraction = 0.5;
 // byte. Throws InvalidArgument (naming `flag`) for anything else or a size <= 0.
 int64_t ParseMemorySize(std::string_view text, std::string_view flag = "--kv-cache-memory");
 
-// MemAvailable from a /proc/meminfo-format file, in bytes. Throws NotFound if the file or
-// the field is missing.
+// MemAvailable from a /proc/meminfo-format file, in bytes (ReadMeminfoBytes, core/memory_info.h).
+// Throws NotFound if the file or the field is missing, naming --kv-cache-memory as the way out.
 int64_t ReadMemAvailableBytes(const std::string& meminfo_path = "/proc/meminfo");
 
 struct KVCacheSizingOptions {

@@ -42,6 +42,12 @@ TEST(ReadMemAvailableTest, ParsesMeminfo) {
   std::ofstream(path) << "MemTotal: 5 kB\n";
   EXPECT_THROW(ReadMemAvailableBytes(path), Error);
   EXPECT_THROW(ReadMemAvailableBytes(path + ".missing"), Error);
+  try {
+    ReadMemAvailableBytes(path + ".missing");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
+    EXPECT_NE(std::string(e.what()).find("--kv-cache-memory"), std::string::npos) << e.what();
+  }
   EXPECT_GT(ReadMemAvailableBytes(), 0);  // the real /proc/meminfo
 }
 
