@@ -3,6 +3,8 @@
 // difference once the window ends on a complete UTF-8 character. Decoding the same
 // window both times keeps SentencePiece's leading-space rule consistent, and the
 // window keeps the cost per token constant.
+#include <algorithm>
+
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -10,6 +12,19 @@ namespace pagoda {
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special)
     : tokenizer_(tokenizer), skip_special_(skip_special) {}
+
+// vLLM's convert_prompt_ids_to_tokens: the window starts 5 tokens before the end of the
+// prompt (7 kept: a byte-fallback character of up to 4 tokens right before the window
+// still decodes whole), so the first generated piece is decoded in context.
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer,
+                                               std::span<const int32_t> prompt, bool skip_special)
+    : tokenizer_(tokenizer), skip_special_(skip_special) {
+  constexpr size_t kContext = 5;
+  const size_t keep = std::min(prompt.size(), kContext + 2);
+  ids_.assign(prompt.end() - static_cast<std::ptrdiff_t>(keep), prompt.end());
+  read_offset_ = ids_.size();
+  prefix_offset_ = read_offset_ > kContext ? read_offset_ - kContext : 0;
+}
 
 std::string IncrementalDetokenizer::Add(int32_t id) {
   ids_.push_back(id);

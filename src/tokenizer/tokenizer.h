@@ -59,9 +59,18 @@ std::unique_ptr<Tokenizer> LoadTokenizerForModel(const std::string& model_path,
 
 // Turns a stream of ids into text pieces, never emitting half a UTF-8 character and
 // handling SentencePiece's leading space the way a full Decode would.
+//
+// With a prompt, the generated ids continue it (vLLM's prefix/read offsets seeded with
+// the prompt's last tokens): what Add/Flush return, concatenated, is
+// Decode(prompt + ids) minus Decode(prompt), so a SentencePiece "▁a" right after the
+// prompt keeps its space and a client appending the completion to its prompt text gets
+// the text of the whole sequence.
 class IncrementalDetokenizer {
  public:
   explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special = true);
+  // `prompt` is copied (its last few ids are all that is kept).
+  IncrementalDetokenizer(const Tokenizer& tokenizer, std::span<const int32_t> prompt,
+                         bool skip_special = true);
   // Appends one id; returns the new text that is now final (possibly empty).
   std::string Add(int32_t id);
   // Whatever is held back (an incomplete UTF-8 sequence at the end), as is.
