@@ -70,7 +70,11 @@ int64_t Engine::AddRequest(RequestSpec spec) {
   PAGODA_ENSURE(spec.n >= 1 && spec.n <= 128, ErrorCode::kInvalidArgument, "n must be in [1, 128] (got " << spec.n << ")");
   PAGODA_ENSURE(spec.min_tokens >= 0 && spec.min_tokens <= spec.max_tokens, ErrorCode::kInvalidArgument,
                 "min_tokens must be in [0, max_tokens] (got " << spec.min_tokens << ")");
+  PAGODA_ENSURE(spec.prompt_logprobs <= 20, ErrorCode::kInvalidArgument,
+                "prompt_logprobs must be at most 20 (got " << spec.prompt_logprobs << ")");
   spec.sampling.Validate();
+  if (spec.prompt_logprobs >= 0) spec.want_prompt_logits = true;
+  if (spec.want_prompt_logits && spec.prompt_logprobs < 0) spec.prompt_logprobs = 0;
 
   auto r = std::make_unique<Request>();
   r->id = next_id_;
@@ -79,7 +83,11 @@ int64_t Engine::AddRequest(RequestSpec spec) {
   r->tokens = spec.prompt;
   r->num_prompt_tokens = len;
   r->sampler = std::make_unique<Sampler>(spec.sampling);
-  if (tokenizer_ != nullptr) r->stop_checker = std::make_unique<StopChecker>(*tokenizer_, spec.stop);
+  if (tokenizer_ != nullptr) {
+    r->stop_checker =
+        std::make_unique<StopChecker>(*tokenizer_, spec.stop, spec.prompt, spec.skip_special_tokens);
+  }
+  if (spec.want_prompt_logits) r->prompt_logprobs.resize(static_cast<size_t>(len - 1));
   r->arrival_time = Clock::now();
   r->spec = std::move(spec);
   const int64_t id = r->id;
@@ -114,11 +122,6 @@ void Engine::AppendToken(Request& r, int32_t id, const TokenLogprobs* lp, Reques
   const bool is_eos = !r.spec.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), id) != eos_ids_.end();
   const bool is_stop_id = std::find(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), id) !=
                           r.spec.stop_token_ids.end();
-  if (past_min && (is_eos || is_stop_id)) {
-    if (r.stop_checker) out.new_text += r.stop_checker->Flush();
-    Finish(r, FinishReason::kStop, out);
-    return;
-  }
   r.tokens.push_back(id);
   ++generation_tokens_;
   if (!r.has_first_token) {
@@ -129,6 +132,13 @@ void Engine::AppendToken(Request& r, int32_t id, const TokenLogprobs* lp, Reques
   if (lp != nullptr) {
     r.logprobs.push_back(*lp);
     out.new_logprobs.push_back(*lp);
+  }
+  if (past_min && (is_eos || is_stop_id)) {
+    // The stop token is an output token, as in vLLM: in the ids, the logprobs (an echo
+    // client reads the logprob of the last position from it) and the counts; not in the text.
+    if (r.stop_checker) out.new_text += r.stop_checker->Flush();
+    Finish(r, FinishReason::kStop, out);
+    return;
   }
   if (r.stop_checker) {
     const bool check = r.num_output_tokens() > r.spec.min_tokens;
@@ -162,7 +172,11 @@ void Engine::ForkSamples(Request& parent, const float* logits, std::vector<Reque
     SamplingParams sp = parent.spec.sampling;
     if (sp.seed) sp.seed = *sp.seed + static_cast<uint64_t>(i);
     child->sampler = std::make_unique<Sampler>(sp);
-    if (tokenizer_ != nullptr) child->stop_checker = std::make_unique<StopChecker>(*tokenizer_, child->spec.stop);
+    if (tokenizer_ != nullptr) {
+      child->stop_checker = std::make_unique<StopChecker>(
+          *tokenizer_, child->spec.stop, child->spec.prompt, child->spec.skip_special_tokens);
+    }
+    child->prompt_logprobs = parent.prompt_logprobs;
     child->arrival_time = parent.arrival_time;
     kv_.Fork(parent.id, child->id);
     scheduler_.AddRunning(child.get());
@@ -185,11 +199,32 @@ void Engine::PostProcess(Request& r, const float* logits, std::vector<RequestOut
                                        std::span<const int32_t>(r.tokens.data() + r.num_prompt_tokens,
                                                                 r.num_output_tokens()),
                                        want_lp ? &lp : nullptr);
+  if (r.spec.want_prompt_logits && !r.prompt_logprobs_sent) {
+    out.prompt_logprobs = std::move(r.prompt_logprobs);
+    r.prompt_logprobs.clear();
+    r.prompt_logprobs_sent = true;
+  }
   AppendToken(r, id, want_lp ? &lp : nullptr, out);
   out.num_prompt_tokens = r.num_prompt_tokens;
   out.num_output_tokens = r.num_output_tokens();
   out.num_cached_tokens = r.num_cached_tokens;
   outs->push_back(std::move(out));
+}
+
+// The prompt rows of this step (a prefill may take several steps: chunks). A request that
+// was preempted after its first output computes its prompt again; those rows are dropped.
+void Engine::StorePromptLogprobs(const ModelRunner::StepResult& step) {
+  const int64_t vocab = model_.spec().vocab_size;
+  const float* row = step.prompt_logits.data();
+  for (const ModelRunner::StepResult::PromptRows& pr : step.prompt_rows) {
+    Request& r = *pr.request;
+    for (int64_t i = 0; i < pr.count; ++i, row += vocab) {
+      const int64_t p = pr.first_position + i;
+      if (r.prompt_logprobs_sent || p + 1 >= r.num_prompt_tokens) continue;
+      r.prompt_logprobs[p] = ComputeLogprobs(std::span<const float>(row, vocab), r.tokens[p + 1],
+                                             r.spec.prompt_logprobs);
+    }
+  }
 }
 
 std::vector<RequestOutput> Engine::Step() {
@@ -199,6 +234,7 @@ std::vector<RequestOutput> Engine::Step() {
   ++steps_;
   ModelRunner::StepResult step = runner_.Execute(sched);
   for (const ScheduledRequest& s : sched.scheduled) s.request->num_computed_tokens += s.num_tokens;
+  StorePromptLogprobs(step);
   const int64_t vocab = model_.spec().vocab_size;
   for (size_t i = 0; i < step.sampled.size(); ++i) PostProcess(*step.sampled[i], &step.logits[i * vocab], &outs);
   for (auto it = requests_.begin(); it != requests_.end();) {

@@ -37,6 +37,9 @@ struct RequestOutput {
   std::vector<int32_t> new_token_ids;
   std::string new_text;                     // empty without a tokenizer
   std::vector<TokenLogprobs> new_logprobs;  // when requested
+  // spec.prompt_logprobs >= 0, in the request's first output only: one entry per prompt
+  // token after the first (the first has no context to be predicted from).
+  std::vector<TokenLogprobs> prompt_logprobs;
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   int64_t num_prompt_tokens = 0;
@@ -76,6 +79,7 @@ class Engine {
 
  private:
   void PostProcess(Request& r, const float* logits, std::vector<RequestOutput>* outs);
+  void StorePromptLogprobs(const ModelRunner::StepResult& step);
   void ForkSamples(Request& parent, const float* logits, std::vector<RequestOutput>* outs);
   void AppendToken(Request& r, int32_t id, const TokenLogprobs* lp, RequestOutput& out);
   void Finish(Request& r, FinishReason reason, RequestOutput& out);

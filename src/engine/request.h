@@ -38,7 +38,14 @@ struct RequestSpec {
   int64_t n = 1;                   // samples; they share the prompt's blocks (Fork)
   // The logits at every prompt position are handed back (ModelRunner::StepResult::prompt_*)
   // from the same forward pass as the prefill, for prompt logprobs (echo, prompt_logprobs).
+  // Such a request takes no prefix-cache hit: every prompt position is computed.
   bool want_prompt_logits = false;
+  // >= 0: the logprob of every prompt token but the first, with the top k at each
+  // position (RequestOutput::prompt_logprobs); sets want_prompt_logits. -1: none.
+  int64_t prompt_logprobs = -1;
+  // Drop special tokens (BOS/EOS, added control tokens) from the text; false keeps the
+  // markers tool-call parsers look for ([TOOL_CALLS], <|python_tag|> ...).
+  bool skip_special_tokens = true;
 };
 
 struct Request {
@@ -56,6 +63,10 @@ struct Request {
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<StopChecker> stop_checker;  // nullptr without a tokenizer
   std::vector<TokenLogprobs> logprobs;
+  // spec.prompt_logprobs >= 0: entry p is prompt token p + 1 given tokens [0, p], filled
+  // as the prefill's chunks are computed; handed out with the first output.
+  std::vector<TokenLogprobs> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
   Clock::time_point arrival_time;
   Clock::time_point first_token_time;
   bool has_first_token = false;

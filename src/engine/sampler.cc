@@ -41,6 +41,8 @@ TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int6
   TokenLogprobs out;
   out.token = token;
   out.logprob = static_cast<double>(logits[token]) - lse;
+  out.rank = 1;
+  for (float x : logits) out.rank += x > logits[token];
   if (k > 0) {
     std::vector<int32_t> idx(logits.size());
     std::iota(idx.begin(), idx.end(), 0);

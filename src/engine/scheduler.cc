@@ -80,7 +80,10 @@ void Scheduler::ScheduleWaiting(SchedulerOutput* out, int64_t* budget) {
   while (!waiting_.empty() && *budget > 0 &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
     Request* r = waiting_.front();
-    ComputedBlocks hit = kv_.GetComputedBlocks(r->tokens, r->spec.cache_salt);
+    // Prompt logprobs need the logits of every prompt position: no cached prefix.
+    ComputedBlocks hit = r->spec.want_prompt_logits
+                             ? ComputedBlocks{}
+                             : kv_.GetComputedBlocks(r->tokens, r->spec.cache_salt);
     const int64_t n = std::min(r->num_tokens() - hit.num_computed_tokens, *budget);
     KVRequest view = KvView(*r);
     view.num_computed_tokens = 0;

@@ -6,7 +6,9 @@
 // go back to the pool and it returns to the front of the waiting queue, to be recomputed.
 // Then, if nothing was preempted, WAITING requests are admitted in arrival order while
 // there is budget, a free seat (max_num_seqs) and blocks, each reusing its longest cached
-// prefix. Long prompts are prefilled in chunks of at most the remaining budget.
+// prefix (except requests that want prompt logits: every prompt position of theirs is
+// computed, so their logprobs are the model's, never skipped by a cache hit). Long
+// prompts are prefilled in chunks of at most the remaining budget.
 //
 // Not thread-safe: the engine's step loop owns it.
 #pragma once

@@ -11,8 +11,9 @@ size_t Utf8Floor(const std::string& s, size_t len) {
 }
 }  // namespace
 
-StopChecker::StopChecker(const Tokenizer& tokenizer, std::vector<std::string> stop, bool skip_special)
-    : detok_(tokenizer, skip_special), stop_(std::move(stop)) {
+StopChecker::StopChecker(const Tokenizer& tokenizer, std::vector<std::string> stop,
+                         std::span<const int32_t> prompt, bool skip_special)
+    : detok_(tokenizer, prompt, skip_special), stop_(std::move(stop)) {
   stop_.erase(std::remove(stop_.begin(), stop_.end(), std::string()), stop_.end());
   for (const auto& s : stop_) max_stop_len_ = std::max(max_stop_len_, s.size());
 }

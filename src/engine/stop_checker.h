@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,8 +14,11 @@ namespace pagoda {
 
 class StopChecker {
  public:
-  // `tokenizer` must outlive the checker.
-  StopChecker(const Tokenizer& tokenizer, std::vector<std::string> stop, bool skip_special = true);
+  // `tokenizer` must outlive the checker. `prompt`: the request's prompt ids, the context
+  // the first generated tokens are decoded in (IncrementalDetokenizer), so the text is
+  // Decode(prompt + output) minus Decode(prompt).
+  StopChecker(const Tokenizer& tokenizer, std::vector<std::string> stop,
+              std::span<const int32_t> prompt = {}, bool skip_special = true);
 
   struct Result {
     std::string text;      // newly final text (possibly empty)
