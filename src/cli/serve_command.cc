@@ -20,6 +20,7 @@
 #include "server/chat.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
+#include "server/tool_parser.h"
 
 namespace pagoda::cli {
 namespace {
@@ -36,6 +37,8 @@ struct ServeFlags {
   double shutdown_timeout = 10.0;
   int http_threads = 512;
   double stats_interval = 5.0;
+  std::string tool_call_parser;
+  bool enable_auto_tool_choice = false;
 };
 
 // Waits for SIGINT/SIGTERM, then: stop accepting, let requests in flight finish for up
@@ -75,6 +78,13 @@ int RunServe(const ServeFlags& f) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
+  // Checked before the model loads: a typo costs no wait.
+  PAGODA_ENSURE(f.tool_call_parser.empty() || MakeToolCallFormat(f.tool_call_parser) != nullptr,
+                ErrorCode::kInvalidArgument,
+                "--tool-call-parser " << f.tool_call_parser << ": unknown (one of "
+                                      << ToolCallFormatNames() << ")");
+  PAGODA_ENSURE(!f.enable_auto_tool_choice || !f.tool_call_parser.empty(),
+                ErrorCode::kInvalidArgument, "--enable-auto-tool-choice needs --tool-call-parser");
   auto model = f.model.LoadModel();
   auto tokenizer = f.model.LoadTokenizer(*model);
   const EngineConfig config = f.engine.MakeConfig(f.model, *model);
@@ -102,12 +112,17 @@ int RunServe(const ServeFlags& f) {
   ctx.served_model_name = name;
   ctx.max_model_len = config.scheduler.max_model_len;
   ctx.vocab_size = model->spec().vocab_size;
+  ctx.has_tool_parser = !f.tool_call_parser.empty();
   ServerOptions options;
   options.host = f.host;
   options.port = f.port;
   options.api_key = f.api_key;
   options.model_path = f.model.model;
   options.http_threads = f.http_threads;
+  options.tool_call_parser = f.tool_call_parser;
+  if (!f.tool_call_parser.empty()) {
+    PAGODA_LOG(kInfo) << "tool-call parser: " << f.tool_call_parser;
+  }
   HttpServer server(async, metrics, chat, ctx, options);
   server.Bind();
   PAGODA_LOG(kInfo) << "serving " << name << " (max_model_len " << ctx.max_model_len
@@ -151,6 +166,12 @@ void AddServeCommand(CLI::App& root, Action* action) {
   app->add_option("--stats-interval", flags->stats_interval,
                   "seconds between stats lines on stderr (0: none)")
       ->capture_default_str();
+  app->add_option("--tool-call-parser", flags->tool_call_parser,
+                  "parse chat answers into tool_calls: hermes, llama3_json, mistral, "
+                  "deepseek_v3, deepseek_v31 (vLLM's names)");
+  app->add_flag("--enable-auto-tool-choice", flags->enable_auto_tool_choice,
+                "accepted for vLLM compatibility: --tool-call-parser already enables "
+                "tool_choice \"auto\"");
   app->callback([flags, action] { *action = [flags] { return RunServe(*flags); }; });
 }
 

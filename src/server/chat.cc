@@ -74,7 +74,7 @@ ChatTemplateSource ReadChatTemplateFile(const std::string& path) {
 }
 
 ChatRenderer::ChatRenderer(const ChatTemplateSource& source, const Tokenizer* tokenizer)
-    : origin_(source.origin) {
+    : origin_(source.origin), source_(source.source) {
   if (!source.source.empty()) template_ = ChatTemplate::Parse(source.source, source.origin);
   if (tokenizer != nullptr) {
     if (tokenizer->bos_id() >= 0) bos_token_ = tokenizer->TokenPiece(tokenizer->bos_id());

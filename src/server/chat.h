@@ -35,6 +35,9 @@ class ChatRenderer {
 
   bool has_template() const { return template_.has_value(); }
   const std::string& origin() const { return origin_; }
+  const std::string& source() const { return source_; }  // the template text; empty: none
+  const std::string& bos_token() const { return bos_token_; }
+  const std::string& eos_token() const { return eos_token_; }
 
   // The prompt text. Template errors (raise_exception included) are ApiError(400).
   std::string Render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
@@ -43,6 +46,7 @@ class ChatRenderer {
  private:
   std::optional<ChatTemplate> template_;
   std::string origin_;
+  std::string source_;
   std::string bos_token_;
   std::string eos_token_;
 };

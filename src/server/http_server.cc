@@ -9,7 +9,9 @@
 
 #include "core/error.h"
 #include "core/logging.h"
+#include "server/generation.h"
 #include "server/httplib_config.h"
+#include "server/tool_parser.h"
 
 namespace pagoda {
 
@@ -23,10 +25,11 @@ void SendJson(httplib::Response& res, int status, const ordered_json& j) {
 }
 
 void SendError(httplib::Response& res, const std::string& log_id, int status,
-               const std::string& message, const std::string& param = "") {
+               const std::string& message, const std::string& param = "",
+               const std::string& code = "") {
   PAGODA_LOG(kWarning) << (log_id.empty() ? "request" : log_id) << ": " << status << ": "
                        << message;
-  SendJson(res, status, ErrorBody(status, message, param));
+  SendJson(res, status, ErrorBody(status, message, param, code));
 }
 
 // Runs a handler, turning every exception into an OpenAI-style error response.
@@ -34,7 +37,7 @@ void Guarded(const std::string& log_id, httplib::Response& res, const std::funct
   try {
     fn();
   } catch (const ApiError& e) {
-    SendError(res, log_id, e.status(), e.what(), e.param());
+    SendError(res, log_id, e.status(), e.what(), e.param(), e.code());
   } catch (const Error& e) {
     SendError(res, log_id, HttpStatusFor(e), e.what());
   } catch (const nlohmann::json::exception& e) {
@@ -44,128 +47,25 @@ void Guarded(const std::string& log_id, httplib::Response& res, const std::funct
   }
 }
 
-// Everything one generation request needs to turn stream outputs into responses.
-struct Generation {
-  bool chat = false;
-  std::string id;
-  std::string model;
-  int64_t created = 0;
-  int64_t n = 1;
-  bool include_usage = false;
-  bool want_logprobs = false;
-  bool echo = false;
-  std::vector<std::string> prompt_texts;  // completions' echo
-  std::vector<int64_t> prompt_lens;
-  std::shared_ptr<RequestStream> stream;
-  std::vector<ChoiceState> choices;
-  std::vector<int64_t> cached_tokens;  // per prompt
-  std::vector<bool> started;           // per choice: the first chunk was sent
-  bool done = false;
-
-  void Init(int64_t num_choices) {
-    choices.assign(num_choices, ChoiceState{});
-    started.assign(num_choices, false);
-    cached_tokens.assign(prompt_lens.size(), 0);
-  }
-
-  void Apply(const ChoiceOutput& o) {
-    ChoiceState& c = choices[o.choice];
-    c.text += o.output.new_text;
-    c.token_ids.insert(c.token_ids.end(), o.output.new_token_ids.begin(),
-                       o.output.new_token_ids.end());
-    c.logprobs.insert(c.logprobs.end(), o.output.new_logprobs.begin(), o.output.new_logprobs.end());
-    if (o.output.finished) c.finish_reason = o.output.finish_reason;
-    const int64_t prompt = o.choice / n;
-    cached_tokens[prompt] = std::max(cached_tokens[prompt], o.output.num_cached_tokens);
-  }
-
-  ordered_json UsageJson() const {
-    int64_t prompt = 0, completion = 0, cached = 0;
-    for (int64_t len : prompt_lens) prompt += len;
-    for (int64_t c : cached_tokens) cached += c;
-    for (const ChoiceState& c : choices) completion += static_cast<int64_t>(c.token_ids.size());
-    return Usage(prompt, completion, cached);
-  }
-
-  ordered_json Envelope(const char* object) const {
-    return ordered_json{{"id", id}, {"object", object}, {"created", created}, {"model", model}};
-  }
-
-  // The SSE chunk for one output (null: nothing to send).
-  ordered_json Chunk(const ChoiceOutput& o, const Tokenizer* tok, size_t text_offset) {
-    const RequestOutput& out = o.output;
-    if (out.new_token_ids.empty() && out.new_text.empty() && !out.finished) return nullptr;
-    ordered_json choice = {{"index", o.choice}};
-    ordered_json lp = nullptr;
-    if (chat) {
-      ordered_json delta = ordered_json::object();
-      if (!started[o.choice]) delta["role"] = "assistant";
-      if (!out.new_text.empty() || !started[o.choice]) delta["content"] = out.new_text;
-      choice["delta"] = delta;
-      if (want_logprobs) lp = ChatLogprobs(tok, out.new_logprobs);
-    } else {
-      std::string text = out.new_text;
-      if (echo && !started[o.choice]) text = prompt_texts[o.choice / n] + text;
-      choice["text"] = text;
-      if (want_logprobs)
-        lp = CompletionLogprobs(tok, out.new_logprobs, static_cast<int64_t>(text_offset));
-    }
-    started[o.choice] = true;
-    choice["logprobs"] = lp;
-    choice["finish_reason"] = FinishReasonJson(out.finish_reason);
-    if (!chat) choice["stop_reason"] = nullptr;
-    ordered_json chunk = Envelope(chat ? "chat.completion.chunk" : "text_completion");
-    chunk["choices"] = ordered_json::array({choice});
-    return chunk;
-  }
-
-  ordered_json Response(const Tokenizer* tok) const {
-    ordered_json r = Envelope(chat ? "chat.completion" : "text_completion");
-    ordered_json arr = ordered_json::array();
-    for (size_t i = 0; i < choices.size(); ++i) {
-      const ChoiceState& c = choices[i];
-      ordered_json choice = {{"index", i}};
-      if (chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-        choice["logprobs"] = want_logprobs ? ChatLogprobs(tok, c.logprobs) : ordered_json(nullptr);
-      } else {
-        const std::string prefix = echo ? prompt_texts[i / n] : std::string();
-        choice["text"] = prefix + c.text;
-        choice["logprobs"] =
-            want_logprobs ? CompletionLogprobs(tok, c.logprobs, static_cast<int64_t>(prefix.size()))
-                          : ordered_json(nullptr);
-      }
-      choice["finish_reason"] = FinishReasonJson(c.finish_reason);
-      if (!chat) choice["stop_reason"] = nullptr;
-      arr.push_back(std::move(choice));
-    }
-    r["choices"] = std::move(arr);
-    r["usage"] = UsageJson();
-    return r;
-  }
-};
-
 // Waits for the stream and answers with one JSON document, or streams SSE chunks.
-void Respond(AsyncEngine& engine, const Tokenizer* tok, std::shared_ptr<Generation> g, bool stream,
+void Respond(AsyncEngine& engine, std::shared_ptr<Generation> g, bool stream,
              httplib::Response& res) {
   if (!stream) {
     for (const ChoiceOutput& o : g->stream->WaitAll()) g->Apply(o);
-    SendJson(res, 200, g->Response(tok));
+    SendJson(res, 200, g->Response());
     return;
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [&engine, tok, g](size_t /*offset*/, httplib::DataSink& sink) {
+      [&engine, g](size_t /*offset*/, httplib::DataSink& sink) {
         std::vector<ChoiceOutput> outs;
         const bool more = g->stream->Wait(&outs, std::chrono::milliseconds(200));
         for (const ChoiceOutput& o : outs) {
-          const size_t offset = g->choices[o.choice].text.size();
-          const ordered_json chunk = g->Chunk(o, tok, offset);
-          g->Apply(o);
-          if (chunk.is_null()) continue;
-          const std::string event = SseEvent(chunk);
-          if (!sink.write(event.data(), event.size())) {
+          std::string events;
+          for (const ordered_json& chunk : g->Chunks(o)) events += SseEvent(chunk);
+          if (events.empty()) continue;
+          if (!sink.write(events.data(), events.size())) {
             PAGODA_LOG(kInfo) << g->id << ": client disconnected";
             engine.Abort(g->stream);
             return false;
@@ -220,6 +120,12 @@ HttpServer::HttpServer(AsyncEngine& engine, ServerMetrics& metrics, const ChatRe
     setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
     listen_fd_ = static_cast<int>(sock);
   });
+  if (!options_.tool_call_parser.empty()) {
+    tool_format_ = MakeToolCallFormat(options_.tool_call_parser);
+    PAGODA_ENSURE(tool_format_ != nullptr, ErrorCode::kInvalidArgument,
+                  "--tool-call-parser " << options_.tool_call_parser << ": unknown (one of "
+                                        << ToolCallFormatNames() << ")");
+  }
   server_->set_read_timeout(std::chrono::seconds(60));
   server_->set_write_timeout(std::chrono::seconds(60));
   Routes();
@@ -256,7 +162,8 @@ void HttpServer::Routes() {
   httplib::Server& s = *server_;
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     const std::string& p = req.path;
-    const bool guarded = p.rfind("/v1/", 0) == 0 || p == "/tokenize" || p == "/detokenize";
+    const bool guarded = p.rfind("/v1/", 0) == 0 || p == "/tokenize" || p == "/detokenize" ||
+                         p == "/tokenizer_info";
     if (guarded && !options_.api_key.empty() &&
         req.get_header_value("Authorization") != "Bearer " + options_.api_key) {
       SendError(res, "", 401,
@@ -278,6 +185,9 @@ void HttpServer::Routes() {
          [this](const httplib::Request& req, httplib::Response& res) { HandleTokenize(req, res); });
   s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     HandleDetokenize(req, res);
+  });
+  s.Get("/tokenizer_info", [this](const httplib::Request&, httplib::Response& res) {
+    HandleTokenizerInfo(res);
   });
   s.Get("/v1/models",
         [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
@@ -306,10 +216,15 @@ void HttpServer::HandleCompletions(const httplib::Request& req, httplib::Respons
     g->include_usage = cr.include_usage;
     g->want_logprobs = cr.logprobs >= 0;
     g->echo = cr.echo;
+    g->want_prompt_logprobs = cr.prompt_logprobs >= 0;
+    g->return_token_ids = cr.return_token_ids;
+    g->prompt_ids = cr.prompts;
     g->prompt_texts = cr.prompt_texts;
+    g->tokenizer = ctx_.tokenizer;
     int64_t total = 0;
     for (const auto& p : cr.prompts) {
       g->prompt_lens.push_back(static_cast<int64_t>(p.size()));
+      g->first_prompt_ids.push_back(p.empty() ? -1 : p[0]);
       total += static_cast<int64_t>(p.size());
     }
     PAGODA_LOG(kInfo) << id << ": POST /v1/completions: " << cr.prompts.size() << " prompt(s), "
@@ -317,7 +232,7 @@ void HttpServer::HandleCompletions(const httplib::Request& req, httplib::Respons
                       << cr.base.n << (cr.stream ? ", stream" : "");
     g->stream = engine_.Submit(std::move(specs), id);
     g->Init(g->stream->num_choices());
-    Respond(engine_, ctx_.tokenizer, g, cr.stream, res);
+    Respond(engine_, g, cr.stream, res);
   });
 }
 
@@ -347,34 +262,44 @@ void HttpServer::HandleChat(const httplib::Request& req, httplib::Response& res)
     g->n = cr.base.n;
     g->include_usage = cr.include_usage;
     g->want_logprobs = cr.logprobs;
+    g->want_prompt_logprobs = cr.prompt_logprobs >= 0;
+    g->tokenizer = ctx_.tokenizer;
+    if (cr.tool_choice != ToolChoice::kNone) g->tool_format = tool_format_.get();
     g->prompt_lens = {static_cast<int64_t>(prompts[0].size())};
+    g->first_prompt_ids = {prompts[0].empty() ? -1 : prompts[0][0]};
+    g->return_token_ids = cr.return_token_ids;
+    g->prompt_ids = prompts;
     PAGODA_LOG(kInfo) << id << ": POST /v1/chat/completions: " << cr.messages.size()
                       << " message(s), " << prompts[0].size() << " prompt tokens, max_tokens "
                       << specs[0].max_tokens << ", n " << cr.base.n
                       << (cr.stream ? ", stream" : "");
     g->stream = engine_.Submit(std::move(specs), id);
     g->Init(g->stream->num_choices());
-    Respond(engine_, ctx_.tokenizer, g, cr.stream, res);
+    Respond(engine_, g, cr.stream, res);
   });
 }
 
 void HttpServer::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
   Guarded("tokenize", res, [&] {
     const ordered_json body = ParseJsonBody(req.body);
+    CheckModel(body, ctx_);
     if (ctx_.tokenizer == nullptr) throw ApiError(400, "this model has no tokenizer");
-    if (body.contains("model") && !body["model"].is_null() &&
-        body["model"] != ctx_.served_model_name) {
-      throw ApiError(400, "The model `" + DumpJson(body["model"]) + "` does not exist", "model");
-    }
     std::string text;
     bool add_special = true;
     if (body.contains("messages")) {
+      // The prompt the chat endpoint would run: the same messages, tools and kwargs.
       ChatRequest cr;
       cr.messages = ParseMessages(body);
+      ParseTools(body, ctx_, &cr);
       if (body.contains("add_generation_prompt")) {
         if (!body["add_generation_prompt"].is_boolean())
           throw ApiError(400, "'add_generation_prompt' must be a boolean", "add_generation_prompt");
         cr.add_generation_prompt = body["add_generation_prompt"].get<bool>();
+      }
+      if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
+        if (!body["chat_template_kwargs"].is_object())
+          throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+        cr.chat_template_kwargs = body["chat_template_kwargs"];
       }
       text = RenderChat(cr);
       add_special = false;
@@ -417,6 +342,23 @@ void HttpServer::HandleDetokenize(const httplib::Request& req, httplib::Response
     }
     SendJson(res, 200,
              ordered_json{{"prompt", ctx_.tokenizer->Decode(ids, /*skip_special=*/true)}});
+  });
+}
+
+// vLLM's /tokenizer_info: what a client-side harness needs to tokenize through /tokenize
+// (lm-evaluation-harness's "remote" tokenizer backend reads it).
+void HttpServer::HandleTokenizerInfo(httplib::Response& res) {
+  Guarded("tokenizer_info", res, [&] {
+    if (ctx_.tokenizer == nullptr) throw ApiError(404, "this model has no tokenizer");
+    auto token_or_null = [](const std::string& t) { return t.empty() ? ordered_json(nullptr) : ordered_json(t); };
+    SendJson(res, 200,
+             ordered_json{{"tokenizer_class", "pagoda"},
+                          {"bos_token", token_or_null(chat_.bos_token())},
+                          {"eos_token", token_or_null(chat_.eos_token())},
+                          {"pad_token", nullptr},
+                          {"chat_template", token_or_null(chat_.source())},
+                          {"model_max_length", ctx_.max_model_len},
+                          {"vocab_size", ctx_.vocab_size}});
   });
 }
 

@@ -2,7 +2,10 @@
 //
 //   POST /v1/completions, POST /v1/chat/completions   (SSE when "stream": true)
 //   GET  /v1/models, GET /health, GET /metrics
-//   POST /tokenize, POST /detokenize                  (vLLM's)
+//   POST /tokenize, POST /detokenize, GET /tokenizer_info   (vLLM's)
+//
+// Chat answers are parsed into tool calls with --tool-call-parser (tool_parser.h) when
+// the request has tools and tool_choice is not "none"; responses are built by Generation.
 //
 // Each HTTP connection is served by one thread of httplib's pool; a request's handler
 // submits to the AsyncEngine and then waits on its stream. Errors become OpenAI-style
@@ -23,6 +26,7 @@
 #include "server/chat.h"
 #include "server/metrics.h"
 #include "server/openai_api.h"
+#include "server/tool_parser.h"
 
 namespace httplib {
 class Server;
@@ -38,6 +42,7 @@ struct ServerOptions {
   std::string api_key;     // empty: no authentication
   std::string model_path;  // shown as `root` in /v1/models
   int http_threads = 512;  // connections served at once (streams hold one each)
+  std::string tool_call_parser;  // --tool-call-parser (tool_parser.h); empty: none
 };
 
 class HttpServer {
@@ -62,6 +67,7 @@ class HttpServer {
   void HandleTokenize(const httplib::Request& req, httplib::Response& res);
   void HandleDetokenize(const httplib::Request& req, httplib::Response& res);
   void HandleModels(httplib::Response& res);
+  void HandleTokenizerInfo(httplib::Response& res);
   std::string RenderChat(const ChatRequest& chat) const;
 
   AsyncEngine& engine_;
@@ -70,6 +76,7 @@ class HttpServer {
   const ApiContext ctx_;
   const ServerOptions options_;
   const int64_t created_;
+  std::unique_ptr<ToolCallFormat> tool_format_;  // null without --tool-call-parser
   std::unique_ptr<httplib::Server> server_;
   std::atomic<bool> draining_{false};
   std::atomic<int> listen_fd_{-1};

@@ -1,8 +1,11 @@
 #include "server/openai_api.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
+
+#include "server/tool_parser.h"
 
 namespace pagoda {
 
@@ -67,17 +70,10 @@ class Fields {
 
 void ParseCommon(const ordered_json& body, const ApiContext& ctx, GenerationRequest* r) {
   Fields f(body);
-  if (auto m = f.String("model")) {
-    if (*m != ctx.served_model_name) {
-      throw ApiError(400,
-                     "The model `" + *m + "` does not exist (this server serves `" +
-                         ctx.served_model_name + "`)",
-                     "model");
-    }
-    r->model = *m;
-  } else {
-    r->model = ctx.served_model_name;
-  }
+  CheckModel(body, ctx);
+  r->model = ctx.served_model_name;
+  r->base.skip_special_tokens = f.Bool("skip_special_tokens").value_or(true);
+  r->return_token_ids = f.Bool("return_token_ids").value_or(false);
   r->stream = f.Bool("stream").value_or(false);
   if (const ordered_json* so = f.Get("stream_options")) {
     if (!so->is_object()) BadField("stream_options", "an object", *so);
@@ -209,7 +205,8 @@ int HttpStatusFor(const Error& e) {
   }
 }
 
-ordered_json ErrorBody(int status, const std::string& message, const std::string& param) {
+ordered_json ErrorBody(int status, const std::string& message, const std::string& param,
+                       const std::string& code) {
   const char* type = "BadRequestError";
   if (status == 401) type = "AuthenticationError";
   if (status == 404) type = "NotFoundError";
@@ -217,7 +214,84 @@ ordered_json ErrorBody(int status, const std::string& message, const std::string
   if (status >= 500 && status != 503) type = "InternalServerError";
   ordered_json err = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}};
   if (!param.empty()) err["param"] = param;
+  if (!code.empty()) err["code"] = code;
   return ordered_json{{"error", err}};
+}
+
+void ThrowModelNotFound(const std::string& model, const std::string& served) {
+  throw ApiError(404, "The model `" + model + "` does not exist (this server serves `" + served + "`)",
+                 "model", "model_not_found");
+}
+
+void CheckModel(const ordered_json& body, const ApiContext& ctx) {
+  auto it = body.find("model");
+  if (it == body.end() || it->is_null()) return;
+  if (!it->is_string()) BadField("model", "a string", *it);
+  if (it->get<std::string>() != ctx.served_model_name) {
+    ThrowModelNotFound(it->get<std::string>(), ctx.served_model_name);
+  }
+}
+
+void ParseTools(const ordered_json& body, const ApiContext& ctx, ChatRequest* r) {
+  Fields f(body);
+  std::vector<std::string> names;
+  if (const ordered_json* tools = f.Get("tools")) {
+    if (!tools->is_array()) BadField("tools", "a list", *tools);
+    for (const auto& t : *tools) {
+      const ordered_json* fn = t.is_object() && t.contains("function") ? &t["function"] : nullptr;
+      if (fn == nullptr || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+        throw ApiError(400, "every tool needs {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                       "tools");
+      }
+      names.push_back((*fn)["name"].get<std::string>());
+    }
+    if (!tools->empty()) r->tools = *tools;
+  }
+  const ordered_json* choice = f.Get("tool_choice");
+  if (choice == nullptr) {
+    r->tool_choice = !names.empty() && ctx.has_tool_parser ? ToolChoice::kAuto : ToolChoice::kNone;
+    return;
+  }
+  if (choice->is_string()) {
+    const std::string c = choice->get<std::string>();
+    if (c == "none") {
+      r->tool_choice = ToolChoice::kNone;
+      return;
+    }
+    if (c == "auto") {
+      r->tool_choice = ToolChoice::kAuto;
+    } else if (c == "required") {
+      r->tool_choice = ToolChoice::kRequired;
+    } else {
+      throw ApiError(400, "'tool_choice' must be \"none\", \"auto\", \"required\" or a named function, got \"" + c + "\"",
+                     "tool_choice");
+    }
+  } else if (choice->is_object()) {
+    const ordered_json* fn = choice->contains("function") ? &(*choice)["function"] : nullptr;
+    if (fn == nullptr || !fn->is_object() || !fn->contains("name") || !(*fn)["name"].is_string()) {
+      throw ApiError(400, "a named 'tool_choice' is {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                     "tool_choice");
+    }
+    r->tool_choice = ToolChoice::kNamed;
+    r->tool_choice_name = (*fn)["name"].get<std::string>();
+    if (std::find(names.begin(), names.end(), r->tool_choice_name) == names.end()) {
+      throw ApiError(400, "'tool_choice' names the function `" + r->tool_choice_name + "`, which is not in 'tools'",
+                     "tool_choice");
+    }
+  } else {
+    BadField("tool_choice", "a string or an object", *choice);
+  }
+  if (names.empty()) throw ApiError(400, "'tool_choice' other than \"none\" needs 'tools'", "tool_choice");
+  if (!ctx.has_tool_parser) {
+    const char* which = r->tool_choice == ToolChoice::kAuto       ? "\"auto\""
+                        : r->tool_choice == ToolChoice::kRequired ? "\"required\""
+                                                                  : "a named function";
+    throw ApiError(400,
+                   std::string("tool_choice ") + which +
+                       " needs the server to be started with --tool-call-parser (one of " +
+                       ToolCallFormatNames() + ")",
+                   "tool_choice");
+  }
 }
 
 ordered_json ParseJsonBody(const std::string& body) {
@@ -242,6 +316,14 @@ CompletionRequest ParseCompletionRequest(const ordered_json& body, const ApiCont
     r.logprobs = *v;
     r.base.sampling.logprobs = *v;
   }
+  if (auto v = f.Integer("prompt_logprobs")) {
+    if (*v < 0 || *v > 20) throw ApiError(400, "'prompt_logprobs' must be in [0, 20]", "prompt_logprobs");
+    r.prompt_logprobs = *v;
+  }
+  // The prompt's logprobs come from the prefill's own forward pass (no second pass).
+  int64_t k = r.prompt_logprobs;
+  if (r.echo && r.logprobs >= 0) k = std::max(k, r.logprobs);
+  r.base.prompt_logprobs = k;
   const ordered_json* p = f.Get("prompt");
   if (p == nullptr) throw ApiError(400, "'prompt' is required", "prompt");
   if (p->is_string()) {
@@ -320,9 +402,12 @@ ChatRequest ParseChatRequest(const ordered_json& body, const ApiContext& ctx) {
   ParseCommon(body, ctx, &r);
   Fields f(body);
   r.messages = ParseMessages(body);
-  if (const ordered_json* tools = f.Get("tools")) {
-    if (!tools->is_array()) BadField("tools", "a list", *tools);
-    r.tools = *tools;
+  ParseTools(body, ctx, &r);
+  if (r.tool_choice != ToolChoice::kNone) r.base.skip_special_tokens = false;  // keep the markers
+  if (auto v = f.Integer("prompt_logprobs")) {
+    if (*v < 0 || *v > 20) throw ApiError(400, "'prompt_logprobs' must be in [0, 20]", "prompt_logprobs");
+    r.prompt_logprobs = *v;
+    r.base.prompt_logprobs = *v;
   }
   if (const ordered_json* kw = f.Get("chat_template_kwargs")) {
     if (!kw->is_object()) BadField("chat_template_kwargs", "an object", *kw);
@@ -419,6 +504,41 @@ ordered_json CompletionLogprobs(const Tokenizer* tokenizer, const std::vector<To
                       {"token_logprobs", token_logprobs},
                       {"tokens", tokens},
                       {"top_logprobs", top}};
+}
+
+ordered_json EchoCompletionLogprobs(const Tokenizer* tokenizer, int32_t first_prompt_token,
+                                    const std::vector<TokenLogprobs>& prompt_lps,
+                                    const std::vector<TokenLogprobs>& lps) {
+  std::vector<TokenLogprobs> all;
+  all.reserve(1 + prompt_lps.size() + lps.size());
+  TokenLogprobs first;
+  first.token = first_prompt_token;
+  all.push_back(first);
+  all.insert(all.end(), prompt_lps.begin(), prompt_lps.end());
+  all.insert(all.end(), lps.begin(), lps.end());
+  ordered_json j = CompletionLogprobs(tokenizer, all, 0);
+  j["token_logprobs"][0] = nullptr;
+  j["top_logprobs"][0] = nullptr;
+  return j;
+}
+
+ordered_json PromptLogprobsJson(const Tokenizer* tokenizer, const std::vector<TokenLogprobs>& lps) {
+  ordered_json out = ordered_json::array({nullptr});
+  for (const TokenLogprobs& lp : lps) {
+    ordered_json pos = ordered_json::object();
+    pos[std::to_string(lp.token)] = {{"logprob", FiniteLogprob(lp.logprob)},
+                                     {"rank", lp.rank},
+                                     {"decoded_token", TokenText(tokenizer, lp.token)}};
+    for (size_t i = 0; i < lp.top.size(); ++i) {
+      const auto& [id, v] = lp.top[i];
+      if (id == lp.token) continue;
+      pos[std::to_string(id)] = {{"logprob", FiniteLogprob(v)},
+                                 {"rank", static_cast<int64_t>(i) + 1},
+                                 {"decoded_token", TokenText(tokenizer, id)}};
+    }
+    out.push_back(std::move(pos));
+  }
+  return out;
 }
 
 ordered_json ChatLogprobs(const Tokenizer* tokenizer, const std::vector<TokenLogprobs>& lps) {

@@ -102,11 +102,30 @@ TEST(OpenAiApiTest, OutOfRangeValuesAre400) {
   }
 }
 
-TEST(OpenAiApiTest, UnknownModelIs400) {
-  auto [status, param] =
-      ErrorOf([&] { ParseCompletionRequest(Body(R"({"model": "x", "prompt": [1]})"), Ctx()); });
-  EXPECT_EQ(status, 400);
-  EXPECT_EQ(param, "model");
+// OpenAI and vLLM answer an unknown model with 404 NotFoundError, code model_not_found.
+TEST(OpenAiApiTest, UnknownModelIs404ModelNotFound) {
+  for (const char* body : {R"({"model": "x", "prompt": [1]})", R"({"model": "x", "messages": [{"role": "user"}]})"}) {
+    try {
+      if (std::string(body).find("messages") != std::string::npos) {
+        ParseChatRequest(Body(body), Ctx());
+      } else {
+        ParseCompletionRequest(Body(body), Ctx());
+      }
+      ADD_FAILURE() << "no error for " << body;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status(), 404);
+      EXPECT_EQ(e.param(), "model");
+      EXPECT_EQ(e.code(), "model_not_found");
+      EXPECT_NE(std::string(e.what()).find("`x`"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("\"x\""), std::string::npos) << e.what();
+      const ordered_json j = ErrorBody(e.status(), e.what(), e.param(), e.code());
+      EXPECT_EQ(j["error"]["type"], "NotFoundError");
+      EXPECT_EQ(j["error"]["code"], "model_not_found");
+    }
+  }
+  EXPECT_NO_THROW(CheckModel(Body(R"({"model": "m"})"), Ctx()));
+  EXPECT_NO_THROW(CheckModel(Body(R"({"model": null})"), Ctx()));
+  EXPECT_EQ(ErrorOf([] { CheckModel(Body(R"({"model": 3})"), Ctx()); }).first, 400);
 }
 
 TEST(OpenAiApiTest, MalformedJsonIs400) {
@@ -192,6 +211,103 @@ TEST(OpenAiApiTest, CompletionLogprobsShape) {
   EXPECT_EQ(j["text_offset"][1], static_cast<int64_t>(std::string("token_id:5").size()));
   ordered_json c = ChatLogprobs(nullptr, {lp});
   EXPECT_EQ(c["content"][0]["top_logprobs"].size(), 2u);
+}
+
+TEST(OpenAiApiTest, EchoWithLogprobsAsksForPromptLogprobs) {
+  CompletionRequest r = ParseCompletionRequest(Body(R"({"prompt": [1, 2, 3], "echo": true, "logprobs": 2})"), Ctx());
+  EXPECT_EQ(r.base.prompt_logprobs, 2);
+  EXPECT_EQ(r.prompt_logprobs, -1);  // no vLLM prompt_logprobs field in the response
+  CompletionRequest e = ParseCompletionRequest(Body(R"({"prompt": [1, 2], "echo": true})"), Ctx());
+  EXPECT_EQ(e.base.prompt_logprobs, -1);  // echo alone needs no logits
+  CompletionRequest v = ParseCompletionRequest(Body(R"({"prompt": [1, 2], "prompt_logprobs": 0})"), Ctx());
+  EXPECT_EQ(v.base.prompt_logprobs, 0);
+  EXPECT_EQ(v.prompt_logprobs, 0);
+  EXPECT_EQ(ErrorOf([] { ParseCompletionRequest(Body(R"({"prompt": [1], "prompt_logprobs": 21})"), Ctx()); }).second,
+            "prompt_logprobs");
+  EXPECT_EQ(ErrorOf([] { ParseCompletionRequest(Body(R"({"prompt": [1], "prompt_logprobs": "a"})"), Ctx()); }).second,
+            "prompt_logprobs");
+}
+
+TEST(OpenAiApiTest, EchoLogprobsStartWithTheNullFirstPromptToken) {
+  TokenLogprobs p1, p2, out;
+  p1.token = 7;
+  p1.logprob = -1.0;
+  p1.top = {{8, -0.5}};
+  p2.token = 9;
+  p2.logprob = -2.0;
+  p2.top = {{9, -2.0}};
+  out.token = 4;
+  out.logprob = -0.25;
+  out.top = {{4, -0.25}};
+  ordered_json j = EchoCompletionLogprobs(nullptr, 3, {p1, p2}, {out});
+  EXPECT_EQ(j["tokens"], (ordered_json{"token_id:3", "token_id:7", "token_id:9", "token_id:4"}));
+  EXPECT_TRUE(j["token_logprobs"][0].is_null());
+  EXPECT_TRUE(j["top_logprobs"][0].is_null());
+  EXPECT_EQ(j["token_logprobs"][1], -1.0);
+  EXPECT_EQ(j["token_logprobs"][3], -0.25);
+  EXPECT_EQ(j["text_offset"], (ordered_json{0, 10, 20, 30}));
+  EXPECT_EQ(j["top_logprobs"][1]["token_id:8"], -0.5);
+}
+
+TEST(OpenAiApiTest, VllmPromptLogprobsShape) {
+  TokenLogprobs p;
+  p.token = 7;
+  p.logprob = -1.0;
+  p.rank = 2;
+  p.top = {{8, -0.5}, {7, -1.0}};
+  ordered_json j = PromptLogprobsJson(nullptr, {p});
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_TRUE(j[0].is_null());
+  EXPECT_EQ(j[1]["7"]["logprob"], -1.0);
+  EXPECT_EQ(j[1]["7"]["rank"], 2);
+  EXPECT_EQ(j[1]["8"]["rank"], 1);
+  EXPECT_EQ(j[1]["7"]["decoded_token"], "token_id:7");
+  EXPECT_EQ(j[1].size(), 2u);
+}
+
+ApiContext WithParser() {
+  ApiContext c = Ctx();
+  c.has_tool_parser = true;
+  return c;
+}
+
+constexpr const char* kTools =
+    R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}])";
+
+ChatRequest Chat(const std::string& extra, const ApiContext& ctx) {
+  return ParseChatRequest(Body((R"({"messages": [{"role": "user", "content": "hi"}], )" + extra + "}").c_str()), ctx);
+}
+
+TEST(OpenAiApiTest, ToolChoiceModes) {
+  EXPECT_EQ(Chat(kTools, WithParser()).tool_choice, ToolChoice::kAuto);  // default with a parser
+  EXPECT_EQ(Chat(kTools, Ctx()).tool_choice, ToolChoice::kNone);         // and without one
+  EXPECT_EQ(Chat(std::string(kTools) + R"(, "tool_choice": "none")", WithParser()).tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(Chat(std::string(kTools) + R"(, "tool_choice": "required")", WithParser()).tool_choice,
+            ToolChoice::kRequired);
+  ChatRequest named = Chat(
+      std::string(kTools) + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})", WithParser());
+  EXPECT_EQ(named.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(named.tool_choice_name, "get_weather");
+  EXPECT_FALSE(named.base.skip_special_tokens);  // the parsers look for special markers
+  EXPECT_TRUE(Chat(kTools, Ctx()).base.skip_special_tokens);
+  EXPECT_EQ(named.tools.size(), 1u);
+}
+
+TEST(OpenAiApiTest, BadToolChoiceIs400) {
+  const std::vector<std::pair<std::string, ApiContext>> bad = {
+      {std::string(kTools) + R"(, "tool_choice": "auto")", Ctx()},  // no --tool-call-parser
+      {std::string(kTools) + R"(, "tool_choice": "sometimes")", WithParser()},
+      {std::string(kTools) + R"(, "tool_choice": {"type": "function", "function": {"name": "other"}})", WithParser()},
+      {std::string(kTools) + R"(, "tool_choice": 3)", WithParser()},
+      {R"("tool_choice": "required")", WithParser()},  // no tools
+      {R"("tools": [{"type": "function"}])", WithParser()},
+      {R"("tools": {"name": "x"})", WithParser()},
+  };
+  for (const auto& [extra, ctx] : bad) {
+    const auto [status, param] = ErrorOf([&] { Chat(extra, ctx); });
+    EXPECT_EQ(status, 400) << extra;
+    EXPECT_TRUE(param == "tool_choice" || param == "tools") << extra << ": " << param;
+  }
 }
 
 }  // namespace
