@@ -16,6 +16,8 @@ void AddTokenizeCommand(CLI::App& root, Action* action);
 void AddPlanCommand(CLI::App& root, Action* action);
 void AddBenchCommand(CLI::App& root, Action* action);
 void AddEvalCommand(CLI::App& root, Action* action);
+// `pagoda eval loglikelihood` (eval_loglikelihood_command.cc). REQUIRES: AddEvalCommand first.
+void AddEvalLoglikelihoodCommand(CLI::App& root, Action* action);
 void AddServeCommand(CLI::App& root, Action* action);
 
 // Sub-subcommands of `pagoda bench` (bench_command.cc adds `bench` and calls these).

@@ -68,7 +68,9 @@ int RunGenerate(const GenerateFlags& f) {
   Generator generator(*model, options);
 
   std::unique_ptr<IncrementalDetokenizer> detok;
-  if (tokenizer && !f.json) detok = std::make_unique<IncrementalDetokenizer>(*tokenizer);
+  // The prompt is the context of the first pieces: SentencePiece's "▁a" after the prompt
+  // prints " a" (the text of prompt + output minus the prompt's).
+  if (tokenizer && !f.json) detok = std::make_unique<IncrementalDetokenizer>(*tokenizer, req.prompt);
   auto on_token = [&](int32_t id) {
     if (f.json) return;
     if (detok) {
@@ -84,7 +86,13 @@ int RunGenerate(const GenerateFlags& f) {
     nlohmann::json out;
     out["prompt_ids"] = req.prompt;
     out["ids"] = result.output;
-    out["text"] = tokenizer ? tokenizer->Decode(result.output) : std::string();
+    std::string text;
+    if (tokenizer) {
+      IncrementalDetokenizer whole(*tokenizer, req.prompt);
+      for (int32_t id : result.output) text += whole.Add(id);
+      text += whole.Flush();
+    }
+    out["text"] = text;
     out["finish_reason"] = result.finish_reason;
     if (f.logprobs >= 0) {
       nlohmann::json lps = nlohmann::json::array();

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   pagoda::cli::AddPlanCommand(app, &action);
   pagoda::cli::AddBenchCommand(app, &action);
   pagoda::cli::AddEvalCommand(app, &action);
+  pagoda::cli::AddEvalLoglikelihoodCommand(app, &action);
   pagoda::cli::AddServeCommand(app, &action);
   try {
     app.parse(argc, argv);
