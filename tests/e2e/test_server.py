@@ -66,7 +66,9 @@ def test_completion_matches_the_reference_greedy_tokens(stories):
     expected = json.loads((STORIES / "expected_greedy.json").read_text())["token_ids"]
     k = 40
     r = greedy(client(stories), [1], max_tokens=k, extra_body={"ignore_eos": True})
-    ref = post(stories, "/detokenize", {"tokens": expected[1:1 + k]}).json()["prompt"]
+    # The text of the whole sequence minus the prompt's (llama2.c drops the space after BOS).
+    ref = post(stories, "/detokenize", {"tokens": expected[:1 + k]}).json()["prompt"]
+    assert post(stories, "/detokenize", {"tokens": expected[:1]}).json()["prompt"] == ""
     assert r.choices[0].text == ref
     assert r.usage.prompt_tokens == 1 and r.usage.completion_tokens == k
     assert r.choices[0].finish_reason == "length"
@@ -235,7 +237,6 @@ def error_of(r):
     ({"prompt": [1, "a"]}, "prompt"),
     ({"prompt": [1, 99999]}, "prompt"),
     ({"prompt": [1] * 600}, "prompt"),
-    ({"prompt": "x", "model": "no-such-model"}, "model"),
     ({"prompt": "x", "logprobs": 50}, "logprobs"),
     ({"prompt": "x", "top_p": 0}, "top_p"),
 ])
