@@ -472,8 +472,17 @@ int64_t UnixTime() {
 
 std::string TokenText(const Tokenizer* tokenizer, int32_t id) {
   if (tokenizer == nullptr) return "token_id:" + std::to_string(id);
-  const int32_t ids[1] = {id};
-  return tokenizer->Decode(ids, /*skip_special=*/false);
+  // The token as it reads inside a text: SentencePiece drops the leading space of the first
+  // token of a decode, so decode it second (after itself) and take what it added; the
+  // texts of consecutive tokens then add up to the text.
+  const int32_t one[1] = {id};
+  const int32_t two[2] = {id, id};
+  const std::string alone = tokenizer->Decode(one, /*skip_special=*/false);
+  const std::string twice = tokenizer->Decode(two, /*skip_special=*/false);
+  if (twice.size() >= alone.size() && twice.compare(0, alone.size(), alone) == 0) {
+    return twice.substr(alone.size());
+  }
+  return alone;
 }
 
 namespace {

@@ -134,7 +134,8 @@ struct ChoiceState {
 std::string NewRequestId(const std::string& prefix);  // "cmpl-" + 24 hex digits
 int64_t UnixTime();
 
-// The text of one token for logprobs (special tokens included).
+// The text of one token for logprobs (special tokens included), as it reads after other
+// text: SentencePiece's "▁a" is " a", so the tokens of a completion add up to its text.
 std::string TokenText(const Tokenizer* tokenizer, int32_t id);
 // Completions' logprobs object: tokens, token_logprobs, top_logprobs, text_offset.
 ordered_json CompletionLogprobs(const Tokenizer* tokenizer, const std::vector<TokenLogprobs>& lps,

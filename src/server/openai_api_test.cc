@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "io/gguf_file.h"
+#include "tokenizer/tokenizer_test_util.h"
+
 namespace pagoda {
 namespace {
 
@@ -308,6 +311,21 @@ TEST(OpenAiApiTest, BadToolChoiceIs400) {
     EXPECT_EQ(status, 400) << extra;
     EXPECT_TRUE(param == "tool_choice" || param == "tools") << extra << ": " << param;
   }
+}
+
+// Logprob tokens read as they do inside the text: SentencePiece's "▁a" is " a" even though
+// a decode of that token alone drops the space.
+TEST(OpenAiApiTest, TokenTextKeepsTheSentencePieceSpace) {
+  GgufFile gguf(testing::TokFixture("models/stories260K/stories260K.gguf"));
+  auto tok = LoadGgufTokenizer(gguf);
+  EncodeOptions o;
+  o.add_special_tokens = false;
+  const std::vector<int32_t> ids = tok->Encode("Once upon a time there was a little girl", o);
+  std::string joined;
+  for (int32_t id : ids) joined += TokenText(tok.get(), id);
+  EXPECT_EQ(joined, " Once upon a time there was a little girl");
+  EXPECT_EQ(tok->Decode(ids), "Once upon a time there was a little girl");
+  EXPECT_EQ(TokenText(nullptr, 5), "token_id:5");
 }
 
 }  // namespace
