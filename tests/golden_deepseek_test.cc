@@ -12,12 +12,13 @@
 #include <optional>
 #include <string>
 
+#include "backend/kv_storage.h"
+#include "core/error.h"
 #include "io/safetensors_file.h"
+#include "kernels/cpu/moe.h"
 #include "kv/kv_layout.h"
 #include "model/arch/deepseek.h"
 #include "model/arch/moe.h"
-#include "model/kv_storage.h"
-#include "core/error.h"
 #include "model/deepseek_loader.h"
 #include "model/hf_config.h"
 #include "model/presets.h"

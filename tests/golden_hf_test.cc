@@ -12,6 +12,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "backend/kv_storage.h"
 #include "core/error.h"
 #include "io/safetensors_file.h"
 #include "model/gguf_loader.h"

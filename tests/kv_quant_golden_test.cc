@@ -12,7 +12,7 @@
 
 #include "io/safetensors_file.h"
 #include "kv/kv_layout.h"
-#include "model/kv_storage.h"
+#include "backend/kv_storage.h"
 #include "model/model.h"
 #include "tests/test_util.h"
 

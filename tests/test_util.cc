@@ -30,10 +30,11 @@ std::string Fixture(const std::string& relative) {
 
 std::vector<float> AllLogits(Model& model, const std::vector<int32_t>& ids, DType kv_dtype,
                              int64_t block_size, int64_t chunk, const ForwardObserver* observer,
-                             KVStorage* cache_out) {
+                             KVCache* cache_out) {
+  if (cache_out != nullptr) return ChunkedSequenceLogits(model, ids, *cache_out, chunk, observer);
   const int64_t num_blocks = (static_cast<int64_t>(ids.size()) + block_size - 1) / block_size;
-  KVStorage local(model.KVShapeFor(num_blocks, block_size, kv_dtype));
-  return ChunkedSequenceLogits(model, ids, cache_out ? *cache_out : local, chunk, observer);
+  std::unique_ptr<KVCache> local = model.backend().CreateKVCache(model.KVShapeFor(num_blocks, block_size, kv_dtype));
+  return ChunkedSequenceLogits(model, ids, *local, chunk, observer);
 }
 
 std::vector<int32_t> GoldenIds(const SafetensorsFile& golden, const std::string& s) {
@@ -118,27 +119,22 @@ LogitErrors CheckSequence(Model& model, const SafetensorsFile& golden, const std
   return e;
 }
 
-std::vector<int32_t> GreedyWithCache(Model& model, KVStorage& cache, const std::vector<int32_t>& prompt,
+std::vector<int32_t> GreedyWithCache(Model& model, KVCache& cache, const std::vector<int32_t>& prompt,
                                      int64_t steps) {
-  const int64_t bs = cache.shape().block_size, vocab = model.spec().vocab_size;
+  const int64_t vocab = model.spec().vocab_size;
   std::vector<int32_t> table(cache.shape().num_blocks);
   std::iota(table.rbegin(), table.rend(), 0);
-  std::vector<int32_t> out, step = prompt;
+  std::vector<int32_t> out, seq = prompt;
   std::vector<float> logits(vocab);
   int64_t pos = 0;
+  StepBuilder builder;
   for (int64_t g = 0; g < steps; ++g) {
-    ForwardBatch b;
-    for (size_t i = 0; i < step.size(); ++i, ++pos) {
-      b.token_ids.push_back(step[i]);
-      b.positions.push_back(static_cast<int32_t>(pos));
-      b.slot_mapping.push_back(int64_t{table[pos / bs]} * bs + pos % bs);
-      b.block_tables.push_back(table.data());
-    }
-    b.logits_indices.push_back(static_cast<int32_t>(step.size() - 1));
-    model.Forward(b, cache, logits.data());
+    const int64_t count = static_cast<int64_t>(seq.size()) - pos;
+    ForwardSequence(model, cache, builder, seq, pos, count, table, LogitRows::kLast, logits.data());
+    pos += count;
     const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     out.push_back(next);
-    step = {next};
+    seq.push_back(next);
   }
   return out;
 }

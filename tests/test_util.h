@@ -20,7 +20,7 @@ std::string Fixture(const std::string& relative);
 // returns the logits of every position [ids.size(), vocab].
 std::vector<float> AllLogits(Model& model, const std::vector<int32_t>& ids, DType kv_dtype = DType::kF32,
                              int64_t block_size = 16, int64_t chunk = 1 << 30,
-                             const ForwardObserver* observer = nullptr, KVStorage* cache_out = nullptr);
+                             const ForwardObserver* observer = nullptr, KVCache* cache_out = nullptr);
 
 // ---- comparisons with fixtures/models/hf/*/golden.safetensors -------------------------
 // (what the golden tensors hold: ../shared/README.md)
@@ -51,7 +51,7 @@ LogitErrors CheckSequence(Model& model, const SafetensorsFile& golden, const std
 // Greedy decoding of `steps` tokens after `prompt` (prefill, then one token per forward) on a
 // fresh `cache` of any format, through a scrambled block table. REQUIRES: the cache holds
 // prompt.size() + steps tokens.
-std::vector<int32_t> GreedyWithCache(Model& model, KVStorage& cache, const std::vector<int32_t>& prompt,
+std::vector<int32_t> GreedyWithCache(Model& model, KVCache& cache, const std::vector<int32_t>& prompt,
                                      int64_t steps);
 
 }  // namespace pagoda::testing

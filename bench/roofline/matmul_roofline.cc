@@ -48,7 +48,7 @@ std::unique_ptr<Weights> Make(DType dtype, int64_t rows, int64_t cols) {
   return t;
 }
 
-double BestSeconds(const WeightMatrix& w, const float* x, int64_t tokens, float* y, int reps) {
+double BestSeconds(const CpuWeight& w, const float* x, int64_t tokens, float* y, int reps) {
   MatMul(w, x, tokens, y);  // warm-up
   double best = 1e30;
   for (int i = 0; i < reps; ++i) {
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
       for (auto& v : x) v = dist(rng);
       std::vector<float> y(gemm_tokens * rows);
       for (bool packed : {false, true}) {
-        WeightMatrix w = t->w;
+        CpuWeight w(t->w);
         if (packed) {
           t->packed = PackWeightsForCpu(t->w);
           if (t->packed == nullptr) continue;

@@ -74,25 +74,16 @@ Run RunOnce(Model& model, DType kv_dtype, int64_t block_size, int64_t input_len,
             ReadProbe* probes, ProgressBar* bar, int64_t* progress) {
   const int64_t total = input_len + output_len;
   const int64_t blocks = (total + block_size - 1) / block_size;
-  KVStorage cache(model.KVShapeFor(blocks, block_size, kv_dtype));
+  std::unique_ptr<KVCache> cache = model.backend().CreateKVCache(model.KVShapeFor(blocks, block_size, kv_dtype));
   std::vector<int32_t> table(blocks);
   std::iota(table.begin(), table.end(), 0);
   const int64_t vocab = model.spec().vocab_size;
   std::vector<float> logits(vocab);
-  auto batch_for = [&](int64_t start, int64_t n) {
-    ForwardBatch b;
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t pos = start + i;
-      b.token_ids.push_back(static_cast<int32_t>(1 + (pos * 7919) % (vocab - 1)));
-      b.positions.push_back(static_cast<int32_t>(pos));
-      b.slot_mapping.push_back(int64_t{table[pos / block_size]} * block_size + pos % block_size);
-      b.block_tables.push_back(table.data());
-    }
-    b.logits_indices.push_back(static_cast<int32_t>(n - 1));
-    return b;
-  };
+  std::vector<int32_t> tokens(total);
+  for (int64_t pos = 0; pos < total; ++pos) tokens[pos] = static_cast<int32_t>(1 + (pos * 7919) % (vocab - 1));
+  model.ReserveWorkspace(input_len, 1);
+  StepBuilder builder;
   Run r;
-  ForwardBatch prefill = batch_for(0, input_len);
   if (probes) r.prefill_before = MeasureComputePeaks();
   // Single peak passes at the entry of evenly spaced layers, their time taken out of the
   // prefill's (they are outside every kernel timer, so "other" stays the framework's).
@@ -109,7 +100,8 @@ Run RunOnce(Model& model, DType kv_dtype, int64_t block_size, int64_t input_len,
   };
   TakeOpProfile();
   auto t0 = std::chrono::steady_clock::now();
-  model.Forward(prefill, cache, logits.data(), probes ? &observer : nullptr);
+  ForwardSequence(model, *cache, builder, tokens, 0, input_len, table, LogitRows::kLast, logits.data(),
+                  probes ? &observer : nullptr);
   r.prefill_s = Seconds(std::chrono::steady_clock::now() - t0).count() - probe_s;
   r.prefill_profile = TakeOpProfile();
   if (probes) {
@@ -120,9 +112,8 @@ Run RunOnce(Model& model, DType kv_dtype, int64_t block_size, int64_t input_len,
   TakeOpProfile();
   const int64_t passes = std::min(kDecodeProbePasses, output_len);
   for (int64_t i = 0; i < output_len; ++i) {
-    ForwardBatch step = batch_for(input_len + i, 1);
     t0 = std::chrono::steady_clock::now();
-    model.Forward(step, cache, logits.data());
+    ForwardSequence(model, *cache, builder, tokens, input_len + i, 1, table, LogitRows::kLast, logits.data());
     r.decode_s += Seconds(std::chrono::steady_clock::now() - t0).count();
     // A pass after the steps that end each of `passes` equal stretches of the decode (outside
     // the decode's time and its kernel timers).

@@ -42,11 +42,13 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
       tokenizer_(tokenizer),
       config_(config),
       kv_(ManagerConfig(config)),
-      cache_(ApplyKVCacheFormat(
+      cache_(model.backend().CreateKVCache(ApplyKVCacheFormat(
           model.KVShapeFor(config.kv.num_blocks, config.kv.block_size, KVStorageDType(config.kv.dtype)),
-          config.kv.dtype, config.kv_quant, model.spec().kv_shape().mla)),
+          config.kv.dtype, config.kv_quant, model.spec().kv_shape().mla))),
       scheduler_(config.scheduler, kv_),
-      runner_(model, cache_, kv_) {
+      runner_(model, *cache_, kv_) {
+  // The workspace for the largest step the scheduler can make: steps never allocate it.
+  model.ReserveWorkspace(config.scheduler.max_num_batched_tokens, config.scheduler.max_num_seqs);
   eos_ids_ = model.eos_ids();
   if (tokenizer_ != nullptr) {
     for (int32_t id : tokenizer_->eos_ids()) eos_ids_.push_back(id);

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/kv_cache.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "kv/kv_cache_config.h"
 #include "kv/kv_cache_manager.h"
-#include "model/kv_storage.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -88,7 +88,7 @@ class Engine {
   const Tokenizer* tokenizer_;
   EngineConfig config_;
   KVCacheManager kv_;
-  KVStorage cache_;
+  std::unique_ptr<KVCache> cache_;  // made by the model's backend
   Scheduler scheduler_;
   ModelRunner runner_;
   std::vector<int32_t> eos_ids_;

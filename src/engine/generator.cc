@@ -38,8 +38,10 @@ GenerateResult Generator::Generate(const GenerateRequest& req, const std::functi
                                                                 : KVCacheDType::kBF16;
   KVQuantOptions quant = options_.kv_quant;
   quant.block_size = bs;
-  KVStorage cache(ApplyKVCacheFormat(model_.KVShapeFor(num_blocks, bs, KVStorageDType(format)), format, quant,
-                                     model_.spec().kv_shape().mla));
+  std::unique_ptr<KVCache> cache_ptr = model_.backend().CreateKVCache(ApplyKVCacheFormat(
+      model_.KVShapeFor(num_blocks, bs, KVStorageDType(format)), format, quant, model_.spec().kv_shape().mla));
+  KVCache& cache = *cache_ptr;
+  model_.ReserveWorkspace(std::min(options_.prefill_chunk, prompt_len), 1);
   if (!logged_kv_) {
     logged_kv_ = true;
     KVCacheConfig c;
@@ -58,22 +60,15 @@ GenerateResult Generator::Generate(const GenerateRequest& req, const std::functi
   std::vector<int32_t> tokens = req.prompt;
   std::vector<float> logits(vocab);
   int64_t computed = 0;
+  StepBuilder builder;
   while (true) {
     // Feed every token not yet in the cache (the prompt in chunks, then one at a time).
     const int64_t total = static_cast<int64_t>(tokens.size());
     while (computed < total) {
       const int64_t n = std::min(options_.prefill_chunk, total - computed);
-      ForwardBatch batch;
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t pos = computed + i;
-        batch.token_ids.push_back(tokens[pos]);
-        batch.positions.push_back(static_cast<int32_t>(pos));
-        batch.slot_mapping.push_back(int64_t{block_table[pos / bs]} * bs + pos % bs);
-        batch.block_tables.push_back(block_table.data());
-      }
       const bool last = computed + n == total;
-      if (last) batch.logits_indices.push_back(static_cast<int32_t>(n - 1));
-      model_.Forward(batch, cache, logits.data());
+      ForwardSequence(model_, cache, builder, tokens, computed, n, block_table,
+                      last ? LogitRows::kLast : LogitRows::kNone, logits.data());
       computed += n;
     }
     TokenLogprobs lp;

@@ -1,21 +1,23 @@
-// ModelRunner: turns a SchedulerOutput into one ForwardBatch, performs the step's
-// copy-on-write block copies, runs the model and hands back one row of logits for each
+// ModelRunner: turns a SchedulerOutput into one StepDescription (backend/step_description.h),
+// performs the step's copy-on-write block copies on the backend, runs the model and hands back one row of logits for each
 // request whose tokens are all computed after this step (the ones that sample).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "backend/kv_cache.h"
+#include "backend/step_description.h"
 #include "engine/scheduler.h"
 #include "kv/kv_cache_manager.h"
-#include "model/kv_storage.h"
 #include "model/model.h"
 
 namespace pagoda {
 
 class ModelRunner {
  public:
-  ModelRunner(Model& model, KVStorage& cache, const KVCacheManager& kv);
+  // `cache` made by the model's backend.
+  ModelRunner(Model& model, KVCache& cache, const KVCacheManager& kv);
 
   struct StepResult {
     std::vector<Request*> sampled;  // requests that get a new token, in batch order
@@ -37,9 +39,10 @@ class ModelRunner {
 
  private:
   Model& model_;
-  KVStorage& cache_;
+  KVCache& cache_;
   const KVCacheManager& kv_;
-  ForwardBatch batch_;  // reused across steps
+  StepBuilder builder_;            // reused across steps
+  std::vector<int32_t> prompt_rows_;  // step indices of prompt-logit tokens, reused
 };
 
 }  // namespace pagoda

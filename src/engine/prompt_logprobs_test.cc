@@ -22,19 +22,12 @@ using testing::TokFixture;
 std::vector<double> ReferenceLogprobs(Model& model, const std::vector<int32_t>& ids) {
   const int64_t n = static_cast<int64_t>(ids.size()), bs = 16, vocab = model.spec().vocab_size;
   const int64_t num_blocks = (n + bs - 1) / bs;
-  KVStorage cache(model.KVShapeFor(num_blocks, bs, DType::kF32));
+  std::unique_ptr<KVCache> cache = model.backend().CreateKVCache(model.KVShapeFor(num_blocks, bs, DType::kF32));
   std::vector<int32_t> table(num_blocks);
   std::iota(table.rbegin(), table.rend(), 0);
-  ForwardBatch b;
-  for (int64_t pos = 0; pos < n; ++pos) {
-    b.token_ids.push_back(ids[pos]);
-    b.positions.push_back(static_cast<int32_t>(pos));
-    b.slot_mapping.push_back(int64_t{table[pos / bs]} * bs + pos % bs);
-    b.block_tables.push_back(table.data());
-    b.logits_indices.push_back(static_cast<int32_t>(pos));
-  }
   std::vector<float> logits(n * vocab);
-  model.Forward(b, cache, logits.data());
+  StepBuilder builder;
+  ForwardSequence(model, *cache, builder, ids, 0, n, table, LogitRows::kAll, logits.data());
   std::vector<double> out;
   for (int64_t p = 0; p + 1 < n; ++p) {
     const float* row = &logits[p * vocab];

@@ -49,7 +49,7 @@ KVStorageShape EvalCacheShape(const Model& model, const KVCacheChoice& c, int64_
                             model.spec().kv_shape().mla);
 }
 
-std::vector<float> ChunkedSequenceLogits(Model& model, const std::vector<int32_t>& ids, KVStorage& cache,
+std::vector<float> ChunkedSequenceLogits(Model& model, const std::vector<int32_t>& ids, KVCache& cache,
                                          int64_t chunk, const ForwardObserver* observer) {
   const int64_t n = static_cast<int64_t>(ids.size());
   const int64_t vocab = model.spec().vocab_size;
@@ -60,26 +60,20 @@ std::vector<float> ChunkedSequenceLogits(Model& model, const std::vector<int32_t
   std::vector<int32_t> table(num_blocks);
   std::iota(table.rbegin(), table.rend(), 0);  // scrambled: real paging
   std::vector<float> logits(n * vocab);
+  StepBuilder builder;
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t m = std::min(chunk, n - start);
-    ForwardBatch b;
-    for (int64_t i = 0; i < m; ++i) {
-      const int64_t pos = start + i;
-      b.token_ids.push_back(ids[pos]);
-      b.positions.push_back(static_cast<int32_t>(pos));
-      b.slot_mapping.push_back(int64_t{table[pos / bs]} * bs + pos % bs);
-      b.block_tables.push_back(table.data());
-      b.logits_indices.push_back(static_cast<int32_t>(i));
-    }
-    model.Forward(b, cache, logits.data() + start * vocab, observer);
+    ForwardSequence(model, cache, builder, ids, start, m, table, LogitRows::kAll, logits.data() + start * vocab,
+                    observer);
   }
   return logits;
 }
 
 std::vector<float> SequenceLogits(Model& model, const std::vector<int32_t>& ids,
                                   const KVCacheChoice& choice, int64_t chunk) {
-  KVStorage cache(EvalCacheShape(model, choice, static_cast<int64_t>(ids.size())));
-  return ChunkedSequenceLogits(model, ids, cache, chunk);
+  std::unique_ptr<KVCache> cache =
+      model.backend().CreateKVCache(EvalCacheShape(model, choice, static_cast<int64_t>(ids.size())));
+  return ChunkedSequenceLogits(model, ids, *cache, chunk);
 }
 
 std::vector<int32_t> CorpusStream(const Tokenizer& tokenizer, const std::string& text,
@@ -218,7 +212,6 @@ RetrievalResult Retrieval(Model& model, const Tokenizer& tokenizer, const KVCach
   RetrievalResult r;
   r.trials = o.trials;
   const int64_t vocab = model.spec().vocab_size;
-  const int64_t bs = choice.quant.block_size;
   for (int64_t trial = 0; trial < o.trials; ++trial) {
     const std::string key = std::to_string(10000 + rng() % 90000);
     const std::vector<int32_t> needle = tokenizer.Encode(
@@ -239,26 +232,21 @@ RetrievalResult Retrieval(Model& model, const Tokenizer& tokenizer, const KVCach
     PAGODA_ENSURE(total <= model.spec().max_position, ErrorCode::kInvalidArgument,
                   "--context " << o.context << " needs " << total << " positions but the model has "
                                << model.spec().max_position);
-    KVStorage cache(EvalCacheShape(model, choice, total));
-    std::vector<int32_t> table(cache.shape().num_blocks);
+    std::unique_ptr<KVCache> cache = model.backend().CreateKVCache(EvalCacheShape(model, choice, total));
+    std::vector<int32_t> table(cache->shape().num_blocks);
     std::iota(table.begin(), table.end(), 0);
     std::vector<int32_t> generated;
     std::vector<float> logits(vocab);
-    std::vector<int32_t> step = ids;
+    std::vector<int32_t> seq = ids;  // the sequence so far: the prompt, then the generated ids
     int64_t pos = 0;
+    StepBuilder builder;
     for (int64_t g = 0; g < o.max_new_tokens; ++g) {
-      ForwardBatch b;
-      for (size_t i = 0; i < step.size(); ++i, ++pos) {
-        b.token_ids.push_back(step[i]);
-        b.positions.push_back(static_cast<int32_t>(pos));
-        b.slot_mapping.push_back(int64_t{table[pos / bs]} * bs + pos % bs);
-        b.block_tables.push_back(table.data());
-      }
-      b.logits_indices.push_back(static_cast<int32_t>(step.size() - 1));
-      model.Forward(b, cache, logits.data());
+      const int64_t count = static_cast<int64_t>(seq.size()) - pos;
+      ForwardSequence(model, *cache, builder, seq, pos, count, table, LogitRows::kLast, logits.data());
+      pos += count;
       const int32_t next = static_cast<int32_t>(ArgMax(logits.data(), vocab));
       generated.push_back(next);
-      step = {next};
+      seq.push_back(next);
     }
     if (tokenizer.Decode(generated).find(key) != std::string::npos) ++r.correct;
     if (progress) progress(trial + 1, o.trials);

@@ -39,7 +39,7 @@ KVStorageShape EvalCacheShape(const Model& model, const KVCacheChoice& choice, i
 // Logits [n, vocab] of every position of one sequence, run through `cache` in chunks of
 // `chunk` tokens. Block j of the sequence is cache block ceil(n / block size) - 1 - j (a
 // reversed table, so paging is real); the cache needs at least that many blocks.
-std::vector<float> ChunkedSequenceLogits(Model& model, const std::vector<int32_t>& ids, KVStorage& cache,
+std::vector<float> ChunkedSequenceLogits(Model& model, const std::vector<int32_t>& ids, KVCache& cache,
                                          int64_t chunk, const ForwardObserver* observer = nullptr);
 
 // Runs ids through the model at positions 0..n-1 on a fresh cache of `choice` (one prefill

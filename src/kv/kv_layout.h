@@ -2,7 +2,7 @@
 // the block allocator, the planner and the metrics all call it, so their figures agree.
 //
 // Formats (per token, per layer, per KV head unless MLA), exactly what the CPU cache
-// allocates (model/kv_storage.h; byte layouts in kernels/cpu/kv_quant.h), d = head dim,
+// allocates (backend/kv_storage.h; byte layouts in kv/kv_codec.h), d = head dim,
 // ng = ceil(d / min(G, d)), B = block size:
 //   f32 / bf16 / f16:     (d_k + d_v) x 4 / 2 / 2 bytes
 //   fp8_e4m3 / fp8_e5m2:  d bytes + one f32 scale per token per head, for K and for V

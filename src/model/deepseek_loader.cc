@@ -54,7 +54,7 @@ class Reader {
 
 }  // namespace
 
-std::unique_ptr<Model> LoadDeepseekHfModel(const std::string& dir, ModelSpec spec) {
+std::unique_ptr<Model> LoadDeepseekHfModel(const std::string& dir, ModelSpec spec, Backend& backend) {
   PAGODA_ENSURE(spec.is_mla() && spec.architecture.starts_with("deepseek"), ErrorCode::kUnsupported,
                 dir << ": architecture '" << spec.architecture << "' is not DeepSeek MLA");
   const HfCheckpoint ckpt(dir);
@@ -111,7 +111,9 @@ std::unique_ptr<Model> LoadDeepseekHfModel(const std::string& dir, ModelSpec spe
     w.layers.push_back(std::move(L));
   }
   w.keep_alive = ckpt.files();
-  return std::make_unique<DeepseekModel>(std::move(spec), std::move(w), ReadHfEosIds(dir));
+  auto model = std::make_unique<DeepseekModel>(std::move(spec), std::move(w), ReadHfEosIds(dir));
+  model->Prepare(backend);
+  return model;
 }
 
 }  // namespace pagoda

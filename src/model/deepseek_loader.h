@@ -32,6 +32,7 @@ namespace pagoda {
 
 // REQUIRES: spec is dir's config as SpecFromHfConfigFile reads it (architecture deepseek_v2 or
 // deepseek_v3).
-std::unique_ptr<Model> LoadDeepseekHfModel(const std::string& dir, ModelSpec spec);
+std::unique_ptr<Model> LoadDeepseekHfModel(const std::string& dir, ModelSpec spec,
+                                           Backend& backend = DefaultCpuBackend());
 
 }  // namespace pagoda

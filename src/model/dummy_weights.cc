@@ -43,7 +43,8 @@ WeightMatrix RandomMatrix(DType dtype, int64_t rows, int64_t cols, uint64_t seed
 
 }  // namespace
 
-std::unique_ptr<Model> MakeDummyModel(const ModelSpec& preset, const std::string& dtype_name, uint64_t seed) {
+std::unique_ptr<Model> MakeDummyModel(const ModelSpec& preset, const std::string& dtype_name, uint64_t seed,
+                                      Backend& backend) {
   const DType dtype = ParseDType(dtype_name, "--dtype");
   ModelSpec spec = preset;
   spec.weight_dtype = dtype;
@@ -73,7 +74,9 @@ std::unique_ptr<Model> MakeDummyModel(const ModelSpec& preset, const std::string
     L.w_down = RandomMatrix(dtype, dim, ffn, next(), w.keep_alive);
     w.layers.push_back(std::move(L));
   }
-  return std::make_unique<LlamaModel>(std::move(spec), std::move(w), std::vector<int32_t>{});
+  auto model = std::make_unique<LlamaModel>(std::move(spec), std::move(w), std::vector<int32_t>{});
+  model->Prepare(backend);
+  return model;
 }
 
 }  // namespace pagoda

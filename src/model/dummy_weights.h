@@ -11,6 +11,7 @@
 namespace pagoda {
 
 // dtype: bf16 (default), f16, f32, q8_0 or q4_0. Throws InvalidArgument otherwise.
-std::unique_ptr<Model> MakeDummyModel(const ModelSpec& spec, const std::string& dtype, uint64_t seed);
+std::unique_ptr<Model> MakeDummyModel(const ModelSpec& spec, const std::string& dtype, uint64_t seed,
+                                      Backend& backend = DefaultCpuBackend());
 
 }  // namespace pagoda

@@ -23,7 +23,7 @@ std::vector<float> Vector(const GgufFile& f, const std::string& name, int64_t n)
 
 }  // namespace
 
-std::unique_ptr<Model> LoadGgufModel(const std::string& path) {
+std::unique_ptr<Model> LoadGgufModel(const std::string& path, Backend& backend) {
   auto file = std::make_shared<GgufFile>(path);
   const GgufFile& f = *file;
   ModelSpec spec = SpecFromGguf(f);
@@ -55,7 +55,9 @@ std::unique_ptr<Model> LoadGgufModel(const std::string& path) {
   std::vector<int32_t> eos;
   if (f.Has("tokenizer.ggml.eos_token_id")) eos.push_back(static_cast<int32_t>(f.GetInt("tokenizer.ggml.eos_token_id")));
   if (f.Has("tokenizer.ggml.eot_token_id")) eos.push_back(static_cast<int32_t>(f.GetInt("tokenizer.ggml.eot_token_id")));
-  return std::make_unique<LlamaModel>(std::move(spec), std::move(w), std::move(eos));
+  auto model = std::make_unique<LlamaModel>(std::move(spec), std::move(w), std::move(eos));
+  model->Prepare(backend);
+  return model;
 }
 
 }  // namespace pagoda

@@ -9,6 +9,6 @@
 
 namespace pagoda {
 
-std::unique_ptr<Model> LoadGgufModel(const std::string& path);
+std::unique_ptr<Model> LoadGgufModel(const std::string& path, Backend& backend = DefaultCpuBackend());
 
 }  // namespace pagoda

@@ -118,10 +118,10 @@ std::vector<int32_t> ReadHfEosIds(const std::string& dir) {
   return {};
 }
 
-std::unique_ptr<Model> LoadHfModel(const std::string& dir) {
+std::unique_ptr<Model> LoadHfModel(const std::string& dir, Backend& backend) {
   ModelSpec spec = SpecFromHfConfigFile(dir);
   if (spec.architecture == "deepseek_v2" || spec.architecture == "deepseek_v3") {
-    return LoadDeepseekHfModel(dir, std::move(spec));
+    return LoadDeepseekHfModel(dir, std::move(spec), backend);
   }
   if (spec.architecture != "llama" && spec.architecture != "mistral" &&
       spec.architecture != "qwen2") {
@@ -139,7 +139,9 @@ std::unique_ptr<Model> LoadHfModel(const std::string& dir) {
   w.final_norm = Vector(c, "model.norm.weight", dim);
   for (int64_t l = 0; l < spec.num_layers; ++l) w.layers.push_back(LayerWeights(c, spec, l));
   spec.weight_dtype = w.layers.empty() ? w.embedding.dtype : w.layers[0].wq.dtype;
-  return std::make_unique<LlamaModel>(std::move(spec), std::move(w), ReadHfEosIds(dir));
+  auto model = std::make_unique<LlamaModel>(std::move(spec), std::move(w), ReadHfEosIds(dir));
+  model->Prepare(backend);
+  return model;
 }
 
 }  // namespace pagoda

@@ -31,7 +31,7 @@
 
 namespace pagoda {
 
-std::unique_ptr<Model> LoadHfModel(const std::string& dir);
+std::unique_ptr<Model> LoadHfModel(const std::string& dir, Backend& backend = DefaultCpuBackend());
 
 // The EOS ids declared by dir's generation_config.json (or config.json); may be empty.
 std::vector<int32_t> ReadHfEosIds(const std::string& dir);

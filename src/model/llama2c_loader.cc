@@ -7,7 +7,7 @@
 
 namespace pagoda {
 
-std::unique_ptr<Model> LoadLlama2cModel(const std::string& path) {
+std::unique_ptr<Model> LoadLlama2cModel(const std::string& path, Backend& backend) {
   auto file = std::make_shared<Llama2cFile>(path);
   const Llama2cFile& f = *file;
   ModelSpec spec = LoadModelSpec(path);
@@ -35,7 +35,9 @@ std::unique_ptr<Model> LoadLlama2cModel(const std::string& path) {
     L.w_up = view(f.w3(l), ffn, dim, "w3");
     w.layers.push_back(std::move(L));
   }
-  return std::make_unique<LlamaModel>(std::move(spec), std::move(w), std::vector<int32_t>{});
+  auto model = std::make_unique<LlamaModel>(std::move(spec), std::move(w), std::vector<int32_t>{});
+  model->Prepare(backend);
+  return model;
 }
 
 }  // namespace pagoda

@@ -8,6 +8,6 @@
 
 namespace pagoda {
 
-std::unique_ptr<Model> LoadLlama2cModel(const std::string& path);
+std::unique_ptr<Model> LoadLlama2cModel(const std::string& path, Backend& backend = DefaultCpuBackend());
 
 }  // namespace pagoda

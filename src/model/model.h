@@ -1,34 +1,31 @@
-// Model: a forward pass over a ragged batch of tokens with a paged KV cache.
+// Model: a forward pass over a ragged batch of tokens with a paged KV cache, written once
+// against the Backend interface (backend/backend.h) and run on whichever device prepared its
+// weights.
 //
-// One call processes any mix of prefill chunks and decode tokens. For each token the
-// caller gives its position, the slot its K/V goes to, and its sequence's block table;
-// tokens whose index is listed in logits_indices get a row of logits.
-// Thread-compatible: one Forward at a time per Model (kernels use the thread pool).
+// One call processes any mix of prefill chunks and decode tokens, as the step description
+// (backend/step_description.h) lays them out: each token's position, the slot its K/V goes
+// to, its sequence's block table; tokens listed in logits_indices get a row of logits.
+// Thread-compatible: one Forward at a time per Model.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
-#include "model/kv_storage.h"
+#include "backend/backend.h"
+#include "backend/kv_cache.h"
+#include "backend/step_description.h"
+#include "backend/workspace.h"
 #include "model/model_spec.h"
 
 namespace pagoda {
 
-struct ForwardBatch {
-  std::vector<int32_t> token_ids;             // [num_tokens]
-  std::vector<int32_t> positions;             // [num_tokens]
-  std::vector<int64_t> slot_mapping;          // [num_tokens] block_id * block_size + offset
-  std::vector<const int32_t*> block_tables;   // [num_tokens] the token's sequence block table
-  std::vector<int32_t> logits_indices;        // tokens that need logits, in output order
-
-  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
-};
-
 // Optional hooks for tests and debugging: the residual stream entering each layer
-// (layer 0 = embeddings) and the final normed output (layer = num_layers).
+// (layer 0 = embeddings) and the final normed output (layer = num_layers). x is on the
+// backend's device (host memory for the CPU backend).
 struct ForwardObserver {
   std::function<void(int64_t layer, const float* x, int64_t num_tokens, int64_t dim)> on_hidden;
 };
@@ -39,23 +36,58 @@ class Model {
   virtual const ModelSpec& spec() const = 0;
   // The KV cache shape this model needs per token (heads x dims), given a block count.
   virtual KVStorageShape KVShapeFor(int64_t num_blocks, int64_t block_size, DType dtype) const = 0;
-  // logits: [logits_indices.size(), vocab_size] f32.
-  virtual void Forward(const ForwardBatch& batch, KVStorage& cache, float* logits,
+
+  // Prepares the weights on `backend` (packs or uploads them; LoadModel does it). The
+  // backend must outlive the model. REQUIRES: called once, before anything below.
+  void Prepare(Backend& backend);
+  // The backend the weights were prepared on.
+  Backend& backend() const;
+
+  // Sizes the workspace for steps of up to max_tokens tokens with up to max_logits rows of
+  // logits, so that such steps allocate nothing (a larger step grows it).
+  virtual void ReserveWorkspace(int64_t max_tokens, int64_t max_logits) = 0;
+  // Allocations the workspace has made so far (a warmed-up step adds none).
+  int64_t workspace_allocations() const { return ws_.num_allocations(); }
+
+  // Runs `step` on `backend` (the one the weights were prepared on) over `cache` (made by
+  // it) and writes logits [step.num_logits(), vocab_size] f32 to `logits`.
+  virtual void Forward(const StepDescription& step, Backend& backend, KVCache& cache, const TensorView& logits,
                        const ForwardObserver* observer = nullptr) = 0;
   // Bytes of weights the model reads per decoded token (for the decode roofline).
   virtual int64_t WeightBytesPerToken() const = 0;
   // The EOS ids the model's files declare (generation_config.json, GGUF); may be empty.
   virtual std::vector<int32_t> eos_ids() const { return {}; }
+
+ protected:
+  // The model's part of Prepare: its weights as Backend::Weights.
+  virtual void PrepareWeights(Backend& backend) = 0;
+  void CheckBackend(const Backend& backend) const;
+
+  Workspace ws_;
+
+ private:
+  Backend* backend_ = nullptr;
 };
+
+// Runs one sequence's tokens [first, first + count) of `tokens` (its ids from position 0) with
+// its block table `blocks` through `model` on the model's backend, as one step built by
+// `builder` (the helper generate, eval, bench latency and the tests share). logits:
+// kLast [1, vocab] of the last token, kAll [count, vocab], kNone: not written (may be null).
+enum class LogitRows { kNone, kLast, kAll };
+void ForwardSequence(Model& model, KVCache& cache, StepBuilder& builder, std::span<const int32_t> tokens,
+                     int64_t first, int64_t count, std::span<const int32_t> blocks, LogitRows rows, float* logits,
+                     const ForwardObserver* observer = nullptr);
 
 struct LoadOptions {
   std::string dtype = "bf16";  // dummy weights: bf16 | f16 | f32 (| q8_0 | q4_0)
   uint64_t seed = 0;           // dummy weights
+  Backend* backend = nullptr;  // where the weights go; null: DefaultCpuBackend()
 };
 
 // Loads a model from a --model argument: "dummy:<preset>", a .gguf file, a llama2.c
-// .bin, or a Hugging Face directory. Throws pagoda::Error naming the file and the
-// problem (missing file, unknown architecture or tensor type, truncated data).
+// .bin, or a Hugging Face directory, and prepares it on options.backend. Throws pagoda::Error
+// naming the file and the problem (missing file, unknown architecture or tensor type,
+// truncated data).
 std::unique_ptr<Model> LoadModel(const std::string& model_arg, const LoadOptions& options = {});
 
 }  // namespace pagoda

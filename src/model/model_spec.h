@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/params/moe_params.h"
 #include "kv/kv_layout.h"
 
 namespace pagoda {
@@ -46,21 +47,6 @@ struct MlaSpec {
   int64_t qk_nope_head_dim = 0;
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
-};
-
-// Mixture of experts. Zero num_experts means a dense MLP everywhere.
-struct MoeSpec {
-  int64_t num_experts = 0;
-  int64_t num_experts_per_tok = 0;
-  int64_t num_shared_experts = 0;
-  int64_t expert_ffn_dim = 0;
-  int64_t first_k_dense_replace = 0;
-  int64_t n_group = 1;
-  int64_t topk_group = 1;
-  bool norm_topk_prob = false;
-  double routed_scaling_factor = 1.0;
-  std::string scoring_func = "softmax";  // softmax | sigmoid
-  std::string topk_method = "greedy";    // greedy | group_limited_greedy | noaux_tc
 };
 
 struct ModelSpec {

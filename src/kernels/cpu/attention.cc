@@ -6,10 +6,11 @@
 #include <numeric>
 #include <vector>
 
+#include "core/error.h"
 #include "core/op_profile.h"
 #include "core/parallel.h"
 #include "kernels/cpu/attention_tile.h"
-#include "kernels/cpu/kv_quant.h"
+#include "kv/kv_codec.h"
 #include "kernels/cpu/vec.h"
 
 namespace pagoda {
@@ -132,10 +133,7 @@ constexpr int64_t kMaxQueryRows = 32;
 // fits in one) of the queries of tokens [t, t + nt) for KV head kvh. Several tokens only
 // when they are one sequence's consecutive positions in the same last window, without a
 // sliding window or wide rows (the keys they read are then the same rows).
-struct WorkItem {
-  int64_t t, nt, kvh, window;
-  int64_t cost;  // keys x tokens, plus a fixed overhead
-};
+using WorkItem = PagedAttentionPlan::WorkItem;
 
 // Keys [lo, hi) of query token t in window s.
 std::pair<int64_t, int64_t> WindowKeys(const PagedAttentionParams& p, int64_t t, int64_t s) {
@@ -236,13 +234,39 @@ void PagedAttention(const PagedAttentionParams& p) {
   PagedAttentionAt(cpu::DefaultAttentionIsa(), p);
 }
 
-void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParams& p) {
-  const cpu::AttentionTileKernels kernels = cpu::AttentionTileAt(level);
+void PagedAttention(const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
+  double flops = 0;
+  if (OpProfileEnabled()) {
+    for (int64_t t = 0; t < p.num_tokens; ++t) {
+      flops += 4.0 * p.num_heads * p.head_dim *
+               static_cast<double>(p.positions[t] + 1 - AttentionWindowStart(p.positions[t], p.sliding_window));
+    }
+  }
+  const ScopedOpTimer timer(OpKind::kAttention, flops);
+  PagedAttentionAt(cpu::DefaultAttentionIsa(), p, plan);
+}
+
+bool PagedAttentionPlan::Fits(const PagedAttentionParams& p) const {
+  return planned && num_tokens == p.num_tokens && num_heads == p.num_heads && num_kv_heads == p.num_kv_heads &&
+         head_dim == p.head_dim && sliding_window == p.sliding_window && grouped == CanGroup(p);
+}
+
+bool PagedAttentionPlan::CanGroup(const PagedAttentionParams& p) {
+  return p.sliding_window <= 0 && p.wide_index == nullptr;
+}
+
+void PlanPagedAttention(const PagedAttentionParams& p, PagedAttentionPlan* plan) {
   const int64_t group = p.num_heads / p.num_kv_heads;
   const int64_t d = p.head_dim;
   // Per token: its first window and the number of windows; partial rows of (token, KV head)
-  // at partial_base[t * num_kv_heads + kvh], one per window, in order.
-  std::vector<int64_t> first_window(p.num_tokens), num_windows(p.num_tokens), partial_base(p.num_tokens * p.num_kv_heads);
+  // at partial_base[t * num_kv_heads + kvh], one per window, in order. The vectors are reused
+  // (resize, clear): no allocation once a plan has seen a batch this large.
+  std::vector<int64_t>& first_window = plan->first_window;
+  std::vector<int64_t>& num_windows = plan->num_windows;
+  std::vector<int64_t>& partial_base = plan->partial_base;
+  first_window.resize(p.num_tokens);
+  num_windows.resize(p.num_tokens);
+  partial_base.resize(p.num_tokens * p.num_kv_heads);
   int64_t num_partials = 0;
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const int64_t pos = p.positions[t];
@@ -255,9 +279,10 @@ void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParam
   }
   // Tokens grouped into runs that can share steps (WorkItem), then one item per run, KV head
   // and window.
-  const bool can_group = p.sliding_window <= 0 && p.wide_index == nullptr;
+  const bool can_group = PagedAttentionPlan::CanGroup(p);
   const int64_t max_run = std::max<int64_t>(1, kMaxQueryRows / group);
-  std::vector<WorkItem> items;
+  std::vector<WorkItem>& items = plan->items;
+  items.clear();
   for (int64_t t = 0; t < p.num_tokens;) {
     int64_t nt = 1;
     while (can_group && nt < max_run && t + nt < p.num_tokens && p.block_tables[t + nt] == p.block_tables[t] &&
@@ -273,6 +298,43 @@ void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParam
     }
     t += nt;
   }
+  std::vector<int32_t>& order = plan->order;
+  order.resize(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return items[a].cost > items[b].cost; });
+  double work = 0;
+  for (const WorkItem& it : items) work += static_cast<double>(it.cost) * group * std::max<int64_t>(d, 64) * 2;
+  plan->threads = static_cast<int>(std::clamp<double>(work / (1 << 15), 1, NumThreads()));
+  plan->num_partials = num_partials;
+  plan->any_split = false;
+  for (int64_t t = 0; t < p.num_tokens && !plan->any_split; ++t) plan->any_split = num_windows[t] > 1;
+  plan->num_tokens = p.num_tokens;
+  plan->num_heads = p.num_heads;
+  plan->num_kv_heads = p.num_kv_heads;
+  plan->head_dim = p.head_dim;
+  plan->sliding_window = p.sliding_window;
+  plan->grouped = can_group;
+  plan->planned = true;
+}
+
+void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParams& p) {
+  thread_local PagedAttentionPlan plan;
+  PlanPagedAttention(p, &plan);
+  PagedAttentionAt(level, p, plan);
+}
+
+void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParams& p, const PagedAttentionPlan& plan) {
+  PAGODA_CHECK(plan.Fits(p)) << "PagedAttention: the plan was made for another batch or head layout";
+  const cpu::AttentionTileKernels kernels = cpu::AttentionTileAt(level);
+  const int64_t group = p.num_heads / p.num_kv_heads;
+  const int64_t d = p.head_dim;
+  const std::vector<int64_t>& first_window = plan.first_window;
+  const std::vector<int64_t>& num_windows = plan.num_windows;
+  const std::vector<int64_t>& partial_base = plan.partial_base;
+  const std::vector<WorkItem>& items = plan.items;
+  const std::vector<int32_t>& order = plan.order;
+  const int64_t num_partials = plan.num_partials;
+  const int threads = plan.threads;
   // Partial results per (token, KV head, window): [num_partials, group] x (m, l) and x d.
   // Kept between calls (a prefill's partials are megabytes: fresh pages every layer cost more
   // than the merge). Every entry is written by exactly one item before the merge reads it.
@@ -284,17 +346,8 @@ void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParam
   float* const part_l = kept_l.data();
   float* const part_acc = kept_acc.data();
   const KVReader reader(p);
-  // Items longest first, each taken by whichever thread is free (the longest-processing-time
-  // rule: the threads end together, also when one runs slower for a while).
-  std::vector<int32_t> order(items.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return items[a].cost > items[b].cost; });
-  bool any_split = false;
-  // Enough work for a second thread: ~2^15 multiply-adds (keys x rows x head_dim, twice, a
-  // narrow head counted as 64 wide: the step's fixed costs dominate it).
-  double work = 0;
-  for (const WorkItem& it : items) work += static_cast<double>(it.cost) * group * std::max<int64_t>(d, 64) * 2;
-  const int threads = static_cast<int>(std::clamp<double>(work / (1 << 15), 1, NumThreads()));
+  // Items longest first (the plan's order), each taken by whichever thread is free (the
+  // longest-processing-time rule: the threads end together, also when one runs slower).
   ParallelForQueue(static_cast<int64_t>(order.size()), [&](int64_t k) {
     thread_local Scratch w;  // kept per thread between calls: no allocation per layer and step
     const WorkItem& it = items[order[k]];
@@ -320,8 +373,7 @@ void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParam
       }
     }
   }, threads);
-  for (int64_t t = 0; t < p.num_tokens && !any_split; ++t) any_split = num_windows[t] > 1;
-  if (!any_split) return;
+  if (!plan.any_split) return;
   // Merge each (token, KV head)'s windows in order (tokens of one window were written above).
   ParallelFor(p.num_tokens * p.num_kv_heads, 16, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {

@@ -20,6 +20,8 @@
 // them in the last bits.
 #pragma once
 
+#include <vector>
+
 #include "kernels/params/attention_params.h"
 
 namespace pagoda {
@@ -33,7 +35,38 @@ inline constexpr int64_t kAttentionTile = 64;
 inline constexpr int64_t kAttentionSplit = 512;
 
 void PagedAttention(const PagedAttentionParams& p);
+
+// Plan, then run (FlashInfer): the work partition of a PagedAttention call (runs of tokens
+// that share tile steps, KV heads, windows of long contexts, their order and thread count)
+// depends only on the tokens' positions and block tables and the head layout, so one plan
+// made per step serves every layer with the same layout. Vectors are reused between plans.
+struct PagedAttentionPlan {
+  struct WorkItem {
+    int64_t t, nt, kvh, window;
+    int64_t cost;  // keys x tokens, plus a fixed overhead
+  };
+  std::vector<int64_t> first_window, num_windows;  // [num_tokens]
+  std::vector<int64_t> partial_base;               // [num_tokens * num_kv_heads]
+  std::vector<WorkItem> items;
+  std::vector<int32_t> order;  // items, costliest first
+  int64_t num_partials = 0;
+  int threads = 1;
+  bool any_split = false;
+  // What the plan was made for (Fits checks a call against it).
+  bool planned = false;
+  int64_t num_tokens = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0, sliding_window = 0;
+  bool grouped = false;
+
+  bool Fits(const PagedAttentionParams& p) const;
+  // Tokens of one sequence may share tile steps: no sliding window, no wide copies.
+  static bool CanGroup(const PagedAttentionParams& p);
+};
+// Fills `plan` for p's tokens and layout (p's caches and q/out are not read).
+void PlanPagedAttention(const PagedAttentionParams& p, PagedAttentionPlan* plan);
+// PagedAttention with a plan made by PlanPagedAttention for the same tokens and layout.
+void PagedAttention(const PagedAttentionParams& p, const PagedAttentionPlan& plan);
 // The same at one ISA level (tests, benchmarks). REQUIRES: matmul_internal::IsaLevelSupported(level).
 void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParams& p);
+void PagedAttentionAt(matmul_internal::IsaLevel level, const PagedAttentionParams& p, const PagedAttentionPlan& plan);
 
 }  // namespace pagoda

@@ -18,7 +18,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/kv_quant.h"
+#include "kv/kv_codec.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/mla_attention.h"
 #include "kernels/ref/attention_ref.h"

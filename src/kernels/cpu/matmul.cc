@@ -97,7 +97,7 @@ void CheckSupported(const WeightMatrix& w) {
   }
 }
 
-bool PackedUsable(const WeightMatrix& w) {
+bool PackedUsable(const CpuWeight& w) {
   const PackedWeights* p = w.packed;
   return p != nullptr && p->source == w.data && p->dtype == w.dtype && p->rows == w.rows &&
          p->cols == w.cols;
@@ -295,7 +295,7 @@ float* ThreadScratch(int slot, int64_t n) {
   return b.data[slot];
 }
 
-void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
+void MatMulAt(IsaLevel level, const CpuWeight& w, const float* x, int64_t num_tokens,
               float* y, const MatMulEpilogue* ep) {
   CheckSupported(w);
   PAGODA_CHECK(IsaLevelSupported(level)) << "MatMul: ISA level " << IsaLevelName(level)
@@ -338,12 +338,12 @@ void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num
 
 }  // namespace matmul_internal
 
-void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) {
+void MatMul(const CpuWeight& w, const float* x, int64_t num_tokens, float* y) {
   const ScopedOpTimer timer(OpKind::kMatMul, 2.0 * static_cast<double>(w.rows) * w.cols * num_tokens);
   matmul_internal::MatMulAt(matmul_internal::DefaultIsaLevel(), w, x, num_tokens, y);
 }
 
-void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, const MatMulEpilogue& ep) {
+void MatMul(const CpuWeight& w, const float* x, int64_t num_tokens, float* y, const MatMulEpilogue& ep) {
   const ScopedOpTimer timer(OpKind::kMatMul, 2.0 * static_cast<double>(w.rows) * w.cols * num_tokens);
   matmul_internal::MatMulAt(matmul_internal::DefaultIsaLevel(), w, x, num_tokens, y, &ep);
 }

@@ -21,10 +21,26 @@
 
 namespace pagoda {
 
+struct PackedWeights;  // kernels/cpu/packed_weights.h
+
+// A weight as the CPU backend holds it: the row-major view and, optionally, the same
+// weights repacked into panels (owned by whoever packed them, e.g. the CPU backend). MatMul
+// uses the panels only if they were packed from this data and shape; a view that changes rows
+// or data must reset `packed`.
+struct CpuWeight : WeightMatrix {
+  const PackedWeights* packed = nullptr;
+
+  CpuWeight() = default;
+  explicit CpuWeight(const WeightMatrix& w, const PackedWeights* p = nullptr) : WeightMatrix(w), packed(p) {}
+};
+
 // x: [num_tokens, w.cols] f32, y: [num_tokens, w.rows] f32 (y must not alias x).
 // REQUIRES: w.dtype in {F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K} (else throws
 // Unsupported); w.cols a multiple of the dtype's block size (else throws InvalidArgument).
-void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y);
+void MatMul(const CpuWeight& w, const float* x, int64_t num_tokens, float* y);
+inline void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) {
+  MatMul(CpuWeight(w), x, num_tokens, y);
+}
 
 // What becomes of the products instead of being stored: each work item hands its block of
 // y to its consumer while the block is still in cache, so the prefill's large activations do
@@ -41,7 +57,7 @@ struct MatMulEpilogue {
 };
 // y: scratch of [num_tokens, w.rows] floats the call may use (contents unspecified after).
 // REQUIRES for kSiluMulPairs: w is a packed view (PackedOnlyView) of kPairs16 panels.
-void MatMul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y, const MatMulEpilogue& ep);
+void MatMul(const CpuWeight& w, const float* x, int64_t num_tokens, float* y, const MatMulEpilogue& ep);
 
 // The kernel family MatMul uses on this machine: "avx512", "avx2" or "generic".
 std::string_view MatMulIsaName();

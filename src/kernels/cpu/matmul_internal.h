@@ -51,7 +51,7 @@ IsaLevel DefaultIsaLevel();
 
 // MatMul forced to one level, with an optional fused epilogue (matmul.h).
 // REQUIRES: IsaLevelSupported(level).
-void MatMulAt(IsaLevel level, const WeightMatrix& w, const float* x, int64_t num_tokens,
+void MatMulAt(IsaLevel level, const CpuWeight& w, const float* x, int64_t num_tokens,
               float* y, const MatMulEpilogue* ep = nullptr);
 
 // Activations quantized per block of 32 for the integer dot products (as llama.cpp's

@@ -50,7 +50,7 @@ constexpr double kEps = 1.0 / (1 << 24);
 // A random weight matrix stored in `dtype`, plus the storage it views.
 struct TestWeights {
   std::vector<uint8_t> bytes;
-  WeightMatrix w;
+  CpuWeight w;
   std::shared_ptr<const PackedWeights> packed;
 };
 
@@ -80,7 +80,7 @@ TestWeights MakeWeights(DType dtype, int64_t rows, int64_t cols, uint32_t seed) 
     for (auto& v : row) v = dist(rng);
     QuantizeRow(dtype, row.data(), base + r * row_bytes, cols);
   }
-  t.w = WeightMatrix{dtype, base, rows, cols, row_bytes};
+  t.w = CpuWeight(WeightMatrix{dtype, base, rows, cols, row_bytes});
   return t;
 }
 
@@ -95,7 +95,7 @@ std::vector<float> MakeInput(int64_t num_tokens, int64_t cols, uint32_t seed) {
 bool IsQuantized(DType d) { return d == DType::kQ8_0 || d == DType::kQ4_0; }
 
 // The error bound of the file comment for output (t, r).
-double Bound(const WeightMatrix& w, const float* x, double abs_ref, int64_t t, int64_t r) {
+double Bound(const CpuWeight& w, const float* x, double abs_ref, int64_t t, int64_t r) {
   const int64_t n = w.cols;
   if (!IsQuantized(w.dtype)) {
     return ((w.packed != nullptr ? n : std::ceil(n / 8.0)) + 8) * kEps * abs_ref;
@@ -273,7 +273,7 @@ TEST(MatMulFusedTest, SiluMulOfPairedGateUpIsTheSeparateKernels) {
       const auto stacked = PackStackedWeights({gate.w, up.w}, PanelRows(level, dtype),
                                               static_cast<int>(ShapedFor(level, dtype)), StackOrder::kPairs16);
       ASSERT_TRUE(stacked->pairs16);
-      const WeightMatrix fused = PackedOnlyView(*stacked);
+      const CpuWeight fused = PackedOnlyView(*stacked);
       for (int64_t num_tokens : {1, 5, 64}) {
         std::vector<float> x = MakeInput(num_tokens, cols, 53);
         std::vector<float> g(num_tokens * ffn), u(num_tokens * ffn), want(num_tokens * ffn);
@@ -424,7 +424,7 @@ TEST(PackedWeightsTest, PanelsHoldTheRowsExactly) {
 TEST(PackedWeightsTest, MismatchedViewFallsBackToRows) {
   TestWeights tw = MakeWeights(DType::kBF16, 40, 64, 6);
   auto pw = PackWeights(tw.w, 32, 0);
-  WeightMatrix first = tw.w;
+  CpuWeight first = tw.w;
   first.rows = 8;  // a sub-view of the first 8 rows, packed pointer left behind
   first.packed = pw.get();
   std::vector<float> x = MakeInput(1, 64, 7), y(8), want(8);

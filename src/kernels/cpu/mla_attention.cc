@@ -10,7 +10,7 @@
 #include "core/op_profile.h"
 #include "core/parallel.h"
 #include "kernels/cpu/attention_tile.h"
-#include "kernels/cpu/kv_quant.h"
+#include "kv/kv_codec.h"
 
 namespace pagoda {
 namespace {

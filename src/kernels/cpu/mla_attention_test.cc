@@ -16,7 +16,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/attention_tile.h"
-#include "kernels/cpu/kv_quant.h"
+#include "kv/kv_codec.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/ref/mla_attention_ref.h"
 

@@ -202,15 +202,14 @@ std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightM
   return nullptr;
 }
 
-WeightMatrix PackedOnlyView(const PackedWeights& p) {
+CpuWeight PackedOnlyView(const PackedWeights& p) {
   WeightMatrix w;
   w.dtype = p.dtype;
   w.rows = p.rows;
   w.cols = p.cols;
   w.row_bytes = DTypeRowBytes(p.dtype, p.cols);
   w.data = p.source;  // the panels themselves: identifies them, never read as rows
-  w.packed = &p;
-  return w;
+  return CpuWeight(w, &p);
 }
 
 }  // namespace pagoda

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/params/matmul_params.h"
 
 namespace pagoda {
@@ -74,13 +75,12 @@ std::shared_ptr<const PackedWeights> PackWeightsForCpu(const WeightMatrix& w);
 // 16 at a time, row 32i + j = part 0 row 16i + j and row 32i + 16 + j = part 1 row 16i + j,
 // so every 32 rows (one panel at the AVX-512 level) hold matching gate and up rows
 // (MatMulEpilogue::kSiluMulPairs).
-enum class StackOrder { kConcat, kPairs16 };
 std::shared_ptr<const PackedWeights> PackStackedForCpu(const std::vector<WeightMatrix>& parts,
                                                        StackOrder order = StackOrder::kConcat);
 
 // A WeightMatrix that exists only as panels (a stacked pack): MatMul uses the panels; it has
 // no row-major data (data points at the panels, which only identifies them).
-WeightMatrix PackedOnlyView(const PackedWeights& p);
+CpuWeight PackedOnlyView(const PackedWeights& p);
 
 // Packs w into panels of `panel_rows` rows (a multiple of 16). REQUIRES: w.dtype in
 // {F32, F16, BF16, Q8_0, Q4_0}. For tests and benchmarks that choose the shape.
@@ -91,9 +91,6 @@ std::shared_ptr<const PackedWeights> PackStackedWeights(const std::vector<Weight
                                                         StackOrder order = StackOrder::kConcat);
 
 // w with its packed form attached (MatMul then uses the panels).
-inline WeightMatrix WithPacked(WeightMatrix w, const PackedWeights* p) {
-  w.packed = p;
-  return w;
-}
+inline CpuWeight WithPacked(const WeightMatrix& w, const PackedWeights* p) { return CpuWeight(w, p); }
 
 }  // namespace pagoda

@@ -10,6 +10,12 @@ namespace pagoda {
 
 RopeTable MakeRopeTable(const RopeParams& rope, const int32_t* positions, int64_t num_tokens) {
   RopeTable t;
+  FillRopeTable(rope, positions, num_tokens, &t);
+  return t;
+}
+
+void FillRopeTable(const RopeParams& rope, const int32_t* positions, int64_t num_tokens, RopeTable* table) {
+  RopeTable& t = *table;
   t.half = rope.dim / 2;
   t.cos.resize(num_tokens * t.half);
   t.sin.resize(num_tokens * t.half);
@@ -22,7 +28,6 @@ RopeTable MakeRopeTable(const RopeParams& rope, const int32_t* positions, int64_
       }
     }
   });
-  return t;
 }
 
 void ApplyRope(const RopeParams& rope, const RopeTable& table, int64_t num_tokens,

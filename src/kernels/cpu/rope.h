@@ -17,6 +17,8 @@ struct RopeTable {
   std::vector<float> cos, sin;
 };
 RopeTable MakeRopeTable(const RopeParams& rope, const int32_t* positions, int64_t num_tokens);
+// The same into `table`, reusing its vectors (no allocation once they are large enough).
+void FillRopeTable(const RopeParams& rope, const int32_t* positions, int64_t num_tokens, RopeTable* table);
 
 void ApplyRope(const RopeParams& rope, const RopeTable& table, int64_t num_tokens,
                int64_t num_heads, int64_t head_stride, int64_t offset, float* x);

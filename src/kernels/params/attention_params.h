@@ -9,7 +9,7 @@
 // sequences of any length ("ragged" batch).
 //
 // Quantized caches: k_format / v_format say how each array stores its blocks (the byte
-// layouts are in kernels/cpu/kv_quant.h); every block is self-contained (codes and scales
+// layouts are in kv/kv_codec.h); every block is self-contained (codes and scales
 // inside its bytes). The kernel dequantizes one row at a time into a small tile, never the
 // whole cache. A side pool of wide (wide_dtype) block copies serves the mixed-precision
 // policies: sink tokens, the recent tokens of the query's own block, and kivi2's residual
@@ -19,28 +19,9 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kv/kv_format.h"
 
 namespace pagoda {
-
-// How one K or V array stores values. kNone: plain kv_dtype / dtype elements.
-enum class KVQuant : uint8_t { kNone, kFp8E4M3, kFp8E5M2, kInt8, kInt4, kNvfp4, kKivi2 };
-
-// The geometry and format of one K or V array of one layer.
-struct KVArrayFormat {
-  KVQuant quant = KVQuant::kNone;
-  DType dtype = DType::kF32;  // kNone: element type (kF32, kBF16, kF16)
-  int64_t block_size = 16;
-  int64_t num_heads = 0;      // KV heads
-  int64_t head_dim = 0;
-  int64_t group = 32;         // int8/int4/kivi2 per-token groups: values per scale (<= head_dim)
-  bool per_channel = false;   // kivi2 keys: quantized per channel over the block's tokens
-  // fp8: > 0 is a per-tensor scale from the checkpoint (k_scale / v_scale), else dynamic
-  // per-token-per-head scales. nvfp4: the per-tensor f32 scale (0 means 1).
-  float tensor_scale = 0.0f;
-  // Query-aware mixed precision: each block may carry bf16 copies of its heavy_rows tokens
-  // with the most attention mass (kernels/cpu/kv_quant.h, "heavy rows"); 0: none.
-  int64_t heavy_rows = 0;
-};
 
 struct PagedAttentionParams {
   const float* q = nullptr;  // [num_tokens, num_heads, head_dim] f32, RoPE applied

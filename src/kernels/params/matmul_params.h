@@ -7,8 +7,6 @@
 
 namespace pagoda {
 
-struct PackedWeights;  // kernels/cpu/packed_weights.h
-
 // A row-major weight matrix W [rows = output features, cols = input features] in any
 // weight dtype; row r starts at data + r * row_bytes. For quantized types, cols is a
 // multiple of the block size and blocks run along a row (ggml's layout).
@@ -18,12 +16,13 @@ struct WeightMatrix {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t row_bytes = 0;
-  // Optional: the same weights repacked for the CPU kernels (owned by whoever packed
-  // them, e.g. the model). MatMul uses it only if it was packed from this data/shape;
-  // a view that changes rows or data must reset it.
-  const PackedWeights* packed = nullptr;
 
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes; }
 };
+
+// How the rows of matrices stacked into one (fused projections: q|k|v, gate|up) interleave:
+// kConcat one part after the other; kPairs16 two parts of equal rows alternating 16 rows at a
+// time (row 32i + j = part 0 row 16i + j, row 32i + 16 + j = part 1 row 16i + j).
+enum class StackOrder { kConcat, kPairs16 };
 
 }  // namespace pagoda

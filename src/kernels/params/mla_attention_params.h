@@ -8,7 +8,7 @@
 // at offset p % block_size, as in attention_params.h). Quantized caches (latent_format /
 // rope_format with quant != kNone): that array is instead blocks of KVBlockBytes(format)
 // bytes, one "head" of kv_lora_rank (rope_dim) values per token, in the byte layouts of
-// kernels/cpu/kv_quant.h (per-token formats only: no kivi2 per-channel keys); the kernels
+// kv/kv_codec.h (per-token formats only: no kivi2 per-channel keys); the kernels
 // dequantize each row as they load it. The usual RoPE-aware choice: the latent quantized,
 // k_pe kept wide (rope_format.quant = kNone, elements kv_dtype). Every head reads the same rows: MLA
 // is MQA over the latent, so a step reads kv_lora_rank + rope_dim values per key.

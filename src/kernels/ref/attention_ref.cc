@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/kv_quant.h"
+#include "kv/kv_codec.h"
 
 namespace pagoda::ref {
 namespace {
@@ -17,7 +17,7 @@ double LoadKV(const void* base, DType t, int64_t index) {
   }
 }
 // Reads rows as the contract says (wide copy or block codes); the codecs are the shared
-// ones (kernels/cpu/kv_quant.h, tested on their own), the arithmetic is double.
+// ones (kv/kv_codec.h, tested on their own), the arithmetic is double.
 struct Rows {
   const PagedAttentionParams& p;
   KVArrayFormat fk, fv;

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/kv_quant.h"
+#include "kv/kv_codec.h"
 #include "kernels/cpu/mla_attention.h"
 
 namespace pagoda::ref {

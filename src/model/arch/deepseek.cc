@@ -6,28 +6,9 @@
 #include <utility>
 
 #include "core/error.h"
-#include "kernels/cpu/matmul.h"
-#include "kernels/cpu/mla_attention.h"
-#include "kernels/cpu/norm.h"
-#include "kernels/cpu/rope.h"
 #include "model/rope.h"
 
 namespace pagoda {
-namespace {
-
-// Copies columns [col0, col0 + width) of rows [n, stride] into dst [n, width].
-void GatherColumns(const float* src, int64_t n, int64_t stride, int64_t col0, int64_t width,
-                   float* dst) {
-  for (int64_t t = 0; t < n; ++t) std::copy_n(src + t * stride + col0, width, dst + t * width);
-}
-
-void ScatterColumns(const float* src, int64_t n, int64_t stride, int64_t col0, int64_t width,
-                    float* dst) {
-  for (int64_t t = 0; t < n; ++t) std::copy_n(src + t * width, width, dst + t * stride + col0);
-}
-
-}  // namespace
-
 double MlaSoftmaxScale(const ModelSpec& spec) {
   double scale =
       1.0 / std::sqrt(static_cast<double>(spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim));
@@ -114,120 +95,160 @@ int64_t DeepseekModel::WeightBytesPerToken() const {
   return total;
 }
 
-void DeepseekModel::Attention(int64_t l, const ForwardBatch& batch, KVStorage& cache,
-                              const float* x, float* out) {
-  const DeepseekLayerWeights& L = w_.layers[l];
+void DeepseekModel::PrepareWeights(Backend& backend) {
+  constexpr WeightLayout kRows = WeightLayout::kRowMajor;  // see deepseek.h
+  auto weight = [&](const WeightMatrix& w) { return w.rows > 0 ? backend.PrepareWeight(w, kRows) : Weight{}; };
+  auto vec = [&](const std::vector<float>& v) { return v.empty() ? PreparedVector{} : backend.PrepareVector(v); };
   const MlaSpec& m = spec_.mla;
-  const int64_t n = batch.num_tokens(), heads = spec_.num_heads;
+  const int64_t dn = m.qk_nope_head_dim, dv = m.v_head_dim;
+  layers_.resize(spec_.num_layers);
+  for (int64_t l = 0; l < spec_.num_layers; ++l) {
+    const DeepseekLayerWeights& L = w_.layers[l];
+    Layer& P = layers_[l];
+    P.attn_norm = vec(L.attn_norm);
+    P.ffn_norm = vec(L.ffn_norm);
+    P.q_a_norm = vec(L.q_a_norm);
+    P.kv_a_norm = vec(L.kv_a_norm);
+    P.wq = weight(L.wq);
+    P.wq_a = weight(L.wq_a);
+    P.wq_b = weight(L.wq_b);
+    P.wkv_a = weight(L.wkv_a);
+    P.wo = weight(L.wo);
+    for (int64_t h = 0; h < spec_.num_heads; ++h) {
+      P.w_uk_t.push_back(weight(w_uk_t_[l][h]));
+      // W_UV[h]: head h's value rows of kv_b_proj, in place.
+      WeightMatrix w_uv = L.wkv_b;
+      w_uv.data = L.wkv_b.row(h * (dn + dv) + dn);
+      w_uv.rows = dv;
+      P.w_uv.push_back(weight(w_uv));
+    }
+    if (is_moe_layer(l)) {
+      P.moe = PrepareMoeLayer(backend, L.moe, kRows);
+    } else {
+      P.mlp_gate = weight(L.mlp.gate);
+      P.mlp_up = weight(L.mlp.up);
+      P.mlp_down = weight(L.mlp.down);
+    }
+  }
+  embedding_ = weight(w_.embedding);
+  output_ = weight(w_.output);
+  final_norm_ = vec(w_.final_norm);
+}
+
+DeepseekModel::Buffers DeepseekModel::Views(int64_t n, int64_t m) {
+  Backend& b = backend();
+  const MlaSpec& s = spec_.mla;
+  const int64_t dim = spec_.dim, heads = spec_.num_heads;
+  const int64_t r = s.kv_lora_rank, dn = s.qk_nope_head_dim, dr = s.qk_rope_head_dim, dv = s.v_head_dim;
+  int64_t ffn = 0;  // the widest dense SwiGLU (MoE experts use the backend's own scratch)
+  for (const Layer& L : layers_) ffn = std::max(ffn, L.mlp_gate.rows);
+  enum Slot { kX, kH, kY, kQ, kQa, kKv, kCkv, kKpe, kQabs, kCol, kLat, kOlat, kO, kVh, kGate, kUp, kSel };
+  Buffers v;
+  v.x = ws_.Get(b, kX, n, dim);
+  v.h = ws_.Get(b, kH, n, dim);
+  v.y = ws_.Get(b, kY, n, dim);
+  v.q = ws_.Get(b, kQ, n, heads * (dn + dr));
+  v.qa = ws_.Get(b, kQa, s.q_lora_rank > 0 ? n : 0, s.q_lora_rank);
+  v.kv = ws_.Get(b, kKv, n, r + dr);
+  v.c_kv = ws_.Get(b, kCkv, n, r);
+  v.k_pe = ws_.Get(b, kKpe, n, dr);
+  v.q_abs = ws_.Get(b, kQabs, n, heads * (r + dr));
+  v.col = ws_.Get(b, kCol, n, std::max(dn, r));
+  v.lat = ws_.Get(b, kLat, n, r);
+  v.o_lat = ws_.Get(b, kOlat, n, heads * r);
+  v.o = ws_.Get(b, kO, n, heads * dv);
+  v.vh = ws_.Get(b, kVh, n, dv);
+  v.gate = ws_.Get(b, kGate, n, ffn);
+  v.up = ws_.Get(b, kUp, n, ffn);
+  v.sel = ws_.Get(b, kSel, m, dim);
+  return v;
+}
+
+void DeepseekModel::ReserveWorkspace(int64_t max_tokens, int64_t max_logits) { Views(max_tokens, max_logits); }
+
+void DeepseekModel::Attention(int64_t l, Backend& backend, KVCache& cache, const Buffers& B) {
+  const Layer& L = layers_[l];
+  const MlaSpec& m = spec_.mla;
+  const int64_t n = B.x.rows, heads = spec_.num_heads;
   const int64_t r = m.kv_lora_rank, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim,
                 dv = m.v_head_dim;
   const int64_t dq = dn + dr, dabs = r + dr;
 
-  std::vector<float> q(n * heads * dq);
   if (m.q_lora_rank > 0) {
-    std::vector<float> qa(n * m.q_lora_rank);
-    MatMul(L.wq_a, x, n, qa.data());
-    RmsNorm(qa.data(), L.q_a_norm.data(), n, m.q_lora_rank, spec_.norm_eps, qa.data());
-    MatMul(L.wq_b, qa.data(), n, q.data());
+    backend.MatMul(L.wq_a, B.h, B.qa);
+    backend.RmsNorm(B.qa, L.q_a_norm.view, spec_.norm_eps, B.qa);
+    backend.MatMul(L.wq_b, B.qa, B.q);
   } else {
-    MatMul(L.wq, x, n, q.data());
+    backend.MatMul(L.wq, B.h, B.q);
   }
-  std::vector<float> kv(n * (r + dr)), c_kv(n * r), k_pe(n * dr);
-  MatMul(L.wkv_a, x, n, kv.data());
-  GatherColumns(kv.data(), n, r + dr, 0, r, c_kv.data());
-  GatherColumns(kv.data(), n, r + dr, r, dr, k_pe.data());
-  RmsNorm(c_kv.data(), L.kv_a_norm.data(), n, r, spec_.norm_eps, c_kv.data());
-  ApplyRope(rope_, batch.positions.data(), n, heads, dq, dn, q.data());
-  ApplyRope(rope_, batch.positions.data(), n, 1, dr, 0, k_pe.data());
-  // c_kv and k_pe go to the cache in its format (quantized latents: kernels/cpu/kv_quant.h).
-  cache.Write(l, c_kv.data(), k_pe.data(), batch.slot_mapping.data(), n, batch.positions.data());
+  backend.MatMul(L.wkv_a, B.h, B.kv);
+  backend.Copy(B.kv.ColRange(0, r), B.c_kv);
+  backend.Copy(B.kv.ColRange(r, dr), B.k_pe);
+  backend.RmsNorm(B.c_kv, L.kv_a_norm.view, spec_.norm_eps, B.c_kv);
+  backend.Rope(rope_, B.q, heads, dq, dn);
+  backend.Rope(rope_, B.k_pe, 1, dr, 0);
+  // c_kv and k_pe go to the cache in its format (quantized latents: kv/kv_codec.h).
+  backend.WriteKV(cache, l, B.c_kv, B.k_pe);
 
   // Absorbed query [n, H, r + d_r] = [W_UK^T q_nope | q_pe].
-  std::vector<float> q_abs(n * heads * dabs), col(n * std::max(dn, r)), lat(n * r);
+  const TensorView col_n = B.col.As(n, dn), col_r = B.col.As(n, dr);
   for (int64_t h = 0; h < heads; ++h) {
-    GatherColumns(q.data(), n, heads * dq, h * dq, dn, col.data());
-    MatMul(w_uk_t_[l][h], col.data(), n, lat.data());
-    ScatterColumns(lat.data(), n, heads * dabs, h * dabs, r, q_abs.data());
-    GatherColumns(q.data(), n, heads * dq, h * dq + dn, dr, col.data());
-    ScatterColumns(col.data(), n, heads * dabs, h * dabs + r, dr, q_abs.data());
+    backend.Copy(B.q.ColRange(h * dq, dn), col_n);
+    backend.MatMul(L.w_uk_t[h], col_n, B.lat);
+    backend.Copy(B.lat, B.q_abs.ColRange(h * dabs, r));
+    backend.Copy(B.q.ColRange(h * dq + dn, dr), col_r);
+    backend.Copy(col_r, B.q_abs.ColRange(h * dabs + r, dr));
   }
 
-  std::vector<float> o_lat(n * heads * r);
-  MlaAttentionParams p;
-  p.q = q_abs.data();
-  p.out = o_lat.data();
-  p.num_tokens = n;
-  p.num_heads = heads;
-  p.kv_lora_rank = r;
-  p.rope_dim = dr;
-  cache.FillMlaAttentionParams(l, &p);  // caches, dtype, block size and formats
-  p.positions = batch.positions.data();
-  p.block_tables = batch.block_tables.data();
-  p.scale = softmax_scale_;
-  MlaAttention(p);
+  backend.MlaAttention(cache, l, heads, softmax_scale_, B.q_abs, B.o_lat);
 
-  // o[h] = W_UV[h] o_lat[h]: head h's value rows of kv_b_proj, used in place.
-  std::vector<float> o(n * heads * dv), vh(n * dv);
+  // o[h] = W_UV[h] o_lat[h].
   for (int64_t h = 0; h < heads; ++h) {
-    WeightMatrix w_uv = L.wkv_b;
-    w_uv.data = L.wkv_b.row(h * (dn + dv) + dn);
-    w_uv.rows = dv;
-    GatherColumns(o_lat.data(), n, heads * r, h * r, r, lat.data());
-    MatMul(w_uv, lat.data(), n, vh.data());
-    ScatterColumns(vh.data(), n, heads * dv, h * dv, dv, o.data());
+    backend.Copy(B.o_lat.ColRange(h * r, r), B.lat);
+    backend.MatMul(L.w_uv[h], B.lat, B.vh);
+    backend.Copy(B.vh, B.o.ColRange(h * dv, dv));
   }
-  MatMul(L.wo, o.data(), n, out);
+  backend.MatMul(L.wo, B.o, B.y);
 }
 
-void DeepseekModel::Forward(const ForwardBatch& batch, KVStorage& cache, float* logits,
+void DeepseekModel::Forward(const StepDescription& step, Backend& backend, KVCache& cache, const TensorView& logits,
                             const ForwardObserver* observer) {
-  const int64_t n = batch.num_tokens();
+  CheckBackend(backend);
+  const int64_t n = step.num_tokens(), num_logits = step.num_logits();
   const int64_t dim = spec_.dim;
-  PAGODA_CHECK(static_cast<int64_t>(batch.positions.size()) == n &&
-               static_cast<int64_t>(batch.slot_mapping.size()) == n &&
-               static_cast<int64_t>(batch.block_tables.size()) == n)
-      << "inconsistent batch";
   const KVStorageShape& cs = cache.shape();
   PAGODA_CHECK(cs.num_kv_heads == 1 && cs.head_dim == spec_.mla.kv_lora_rank &&
                cs.head_dim_v == spec_.mla.qk_rope_head_dim && cs.num_layers == spec_.num_layers)
       << "KV cache shape does not match the MLA model (use KVShapeFor)";
-
-  std::vector<float> x(n * dim), h(n * dim), y(n * dim);
-  for (int64_t t = 0; t < n; ++t) {
-    const int32_t id = batch.token_ids[t];
-    PAGODA_ENSURE(
-        id >= 0 && id < spec_.vocab_size, ErrorCode::kInvalidArgument,
-        "token id " << id << " is outside the vocabulary (size " << spec_.vocab_size << ")");
-    DequantizeRow(w_.embedding.dtype, w_.embedding.row(id), &x[t * dim], dim);
-  }
+  const Buffers B = Views(n, num_logits);
+  backend.BeginStep(step, cache);
+  backend.Embedding(embedding_, B.x);
 
   for (int64_t l = 0; l < spec_.num_layers; ++l) {
-    if (observer && observer->on_hidden) observer->on_hidden(l, x.data(), n, dim);
-    const DeepseekLayerWeights& L = w_.layers[l];
-    RmsNorm(x.data(), L.attn_norm.data(), n, dim, spec_.norm_eps, h.data());
-    Attention(l, batch, cache, h.data(), y.data());
-    for (int64_t i = 0; i < n * dim; ++i) x[i] += y[i];
+    if (observer && observer->on_hidden) observer->on_hidden(l, B.x.f32(), n, dim);
+    const Layer& L = layers_[l];
+    backend.RmsNorm(B.x, L.attn_norm.view, spec_.norm_eps, B.h);
+    Attention(l, backend, cache, B);
+    backend.Add(B.y, B.x);
 
-    RmsNorm(x.data(), L.ffn_norm.data(), n, dim, spec_.norm_eps, h.data());
+    backend.RmsNorm(B.x, L.ffn_norm.view, spec_.norm_eps, B.h);
     if (is_moe_layer(l)) {
-      MoeForward(spec_.moe, L.moe, h.data(), n, dim, y.data());
+      backend.Moe(spec_.moe, L.moe, B.h, B.y);
     } else {
-      SwiGlu(L.mlp, h.data(), n, y.data());
+      const TensorView gate = B.gate.As(n, L.mlp_gate.rows), up = B.up.As(n, L.mlp_up.rows);
+      backend.MatMul(L.mlp_gate, B.h, gate);
+      backend.MatMul(L.mlp_up, B.h, up);
+      backend.SiluMul(gate, up, gate);
+      backend.MatMul(L.mlp_down, gate, B.y);
     }
-    for (int64_t i = 0; i < n * dim; ++i) x[i] += y[i];
+    backend.Add(B.y, B.x);
   }
 
-  RmsNorm(x.data(), w_.final_norm.data(), n, dim, spec_.norm_eps, x.data());
-  if (observer && observer->on_hidden) observer->on_hidden(spec_.num_layers, x.data(), n, dim);
-  const int64_t num_logits = static_cast<int64_t>(batch.logits_indices.size());
+  backend.RmsNorm(B.x, final_norm_.view, spec_.norm_eps, B.x);
+  if (observer && observer->on_hidden) observer->on_hidden(spec_.num_layers, B.x.f32(), n, dim);
   if (num_logits == 0) return;
-  std::vector<float> sel(num_logits * dim);
-  for (int64_t i = 0; i < num_logits; ++i) {
-    const int32_t t = batch.logits_indices[i];
-    PAGODA_CHECK(t >= 0 && t < n) << "logits index " << t;
-    std::copy_n(&x[t * dim], dim, &sel[i * dim]);
-  }
-  MatMul(w_.output, sel.data(), num_logits, logits);
+  backend.GatherLogitRows(B.x, B.sel);
+  backend.MatMul(output_, B.sel, logits);
 }
 
 }  // namespace pagoda

@@ -16,7 +16,9 @@
 // This is the "absorbed" form, used for every token (prefill and decode alike), so a
 // prefill chunk and a decode produce identical results: per-head K/V never exist.
 // W_UK is transposed once at construction into a model-owned copy (same dtype, same size as
-// W_UK); W_UV is used in place. The softmax scale is 1/sqrt(d_n + d_r), times
+// W_UK); W_UV is used in place (one prepared view per head). Every matrix is prepared
+// row-major (WeightLayout::kRowMajor): the CPU's panels would sum in another order and change
+// the bits this model has always produced; packing it is a change of its own. The softmax scale is 1/sqrt(d_n + d_r), times
 // YarnMscale(factor, mscale_all_dim)^2 under YaRN scaling with mscale_all_dim set.
 //
 // RoPE layout: spec.rope.interleaved. DeepSeek-V2 and V3 with rope_interleave rotate
@@ -73,8 +75,9 @@ class DeepseekModel : public Model {
   const ModelSpec& spec() const override { return spec_; }
   // num_kv_heads 1, head_dim = kv_lora_rank (K: c_kv), head_dim_v = qk_rope_head_dim (V: k_pe).
   KVStorageShape KVShapeFor(int64_t num_blocks, int64_t block_size, DType dtype) const override;
-  void Forward(const ForwardBatch& batch, KVStorage& cache, float* logits,
+  void Forward(const StepDescription& step, Backend& backend, KVCache& cache, const TensorView& logits,
                const ForwardObserver* observer) override;
+  void ReserveWorkspace(int64_t max_tokens, int64_t max_logits) override;
   int64_t WeightBytesPerToken() const override;
   std::vector<int32_t> eos_ids() const override { return eos_ids_; }
 
@@ -84,10 +87,17 @@ class DeepseekModel : public Model {
     return spec_.moe.num_experts > 0 && layer >= spec_.moe.first_k_dense_replace;
   }
 
+ protected:
+  void PrepareWeights(Backend& backend) override;
+
  private:
-  // x [n, dim] -> out [n, dim]: the attention block of layer l (after the input norm).
-  void Attention(int64_t l, const ForwardBatch& batch, KVStorage& cache, const float* x,
-                 float* out);
+  // The activation buffers of a step of n tokens and m logits rows (workspace slots).
+  struct Buffers {
+    TensorView x, h, y, q, qa, kv, c_kv, k_pe, q_abs, col, lat, o_lat, o, vh, gate, up, sel;
+  };
+  Buffers Views(int64_t n, int64_t m);
+  // B.h -> B.y: the attention block of layer l (after the input norm).
+  void Attention(int64_t l, Backend& backend, KVCache& cache, const Buffers& B);
 
   ModelSpec spec_;
   DeepseekWeights w_;
@@ -96,6 +106,17 @@ class DeepseekModel : public Model {
   // Per layer, per head: W_UK[h]^T [r, d_n] views into w_uk_t_storage_.
   std::vector<std::vector<WeightMatrix>> w_uk_t_;
   std::vector<std::vector<uint8_t>> w_uk_t_storage_;
+  // The weights as the backend prepared them.
+  struct Layer {
+    PreparedVector attn_norm, ffn_norm, q_a_norm, kv_a_norm;
+    Weight wq, wq_a, wq_b, wkv_a, wo;
+    std::vector<Weight> w_uk_t, w_uv;  // per head: W_UK[h]^T [r, d_n], W_UV[h] [d_v, r]
+    Weight mlp_gate, mlp_up, mlp_down;  // dense layers
+    MoeLayer moe;                       // MoE layers
+  };
+  std::vector<Layer> layers_;
+  Weight embedding_, output_;
+  PreparedVector final_norm_;
   std::vector<int32_t> eos_ids_;
 };
 

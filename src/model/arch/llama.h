@@ -2,13 +2,14 @@
 // optional q/k/v biases and sliding windows, SwiGLU MLP, tied or untied embeddings.
 //
 // Weights are views (WeightMatrix) into memory the loader keeps alive: a memory map or
-// converted buffers. Norm weights and biases are small f32 copies.
+// converted buffers. Norm weights and biases are small f32 copies. Prepare hands them to the
+// backend (q|k|v and gate|up stacked where the backend has a stacked form); Forward calls only
+// the backend.
 #pragma once
 
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/packed_weights.h"
 #include "kernels/params/matmul_params.h"
 #include "kernels/params/rope_params.h"
 #include "model/model.h"
@@ -38,31 +39,35 @@ class LlamaModel : public Model {
 
   const ModelSpec& spec() const override { return spec_; }
   KVStorageShape KVShapeFor(int64_t num_blocks, int64_t block_size, DType dtype) const override;
-  void Forward(const ForwardBatch& batch, KVStorage& cache, float* logits,
+  void Forward(const StepDescription& step, Backend& backend, KVCache& cache, const TensorView& logits,
                const ForwardObserver* observer) override;
   int64_t WeightBytesPerToken() const override;
   std::vector<int32_t> eos_ids() const override { return eos_ids_; }
+  void ReserveWorkspace(int64_t max_tokens, int64_t max_logits) override;
+
+ protected:
+  void PrepareWeights(Backend& backend) override;
 
  private:
-  void PackForCpu();
+  // The activation buffers of a step of n tokens and m logits rows (workspace slots).
+  struct Buffers {
+    TensorView x, h, q, k, v, attn, gate, up, fused, sel;
+  };
+  Buffers Views(int64_t n, int64_t m);
 
   ModelSpec spec_;
   LlamaWeights w_;
-  // The projections repacked for the CPU kernels (kernels/cpu/packed_weights.h), when
-  // the CPU's MatMul level has a packed kernel; w_'s views point at them. q|k|v and
-  // gate|up are stacked into one packed matrix each (one MatMul, one activation
-  // quantization): fused_[l] holds their views (rows == 0 when not fused).
-  struct FusedProjections {
-    WeightMatrix qkv, gate_up;
+  // The weights as the backend prepared them. qkv / gate_up: the stacked projections of a
+  // layer (empty when the backend has no stacked form; the parts are then prepared alone).
+  struct Layer {
+    PreparedVector attn_norm, ffn_norm, bq, bk, bv;
+    Weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    Weight qkv, gate_up;
   };
-  std::vector<std::shared_ptr<const PackedWeights>> packed_;
-  std::vector<FusedProjections> fused_;
-  // Activation buffers of Forward, kept between calls (one Forward at a time): a prefill
-  // does not page in and zero fresh memory for every call. Grown to the largest batch seen.
-  struct Workspace {
-    std::vector<float> x, h, q, k, v, attn, gate, up, fused;
-  };
-  Workspace ws_;
+  std::vector<Layer> layers_;
+  Weight embedding_, output_;
+  PreparedVector final_norm_;
+  bool any_stacked_ = false;
   RopeParams rope_;
   std::vector<int32_t> eos_ids_;
 };

@@ -14,15 +14,17 @@
 //   multiplied by routed_scaling_factor (V2 multiplies only when it does not normalize, as
 //   DeepSeek-V2's reference code does).
 //
-// Execution: tokens are grouped per expert and each expert runs one MatMul over its gathered
-// tokens. MatMul is batch-invariant, and each token sums its experts' outputs in its own
-// top-k order, so a token's result does not depend on the rest of the batch.
+// Execution is the backend's (Backend::Moe; on the CPU kernels/cpu/moe.h): tokens are grouped
+// per expert and each expert runs one MatMul chain over its gathered tokens. MatMul is
+// batch-invariant, and each token sums its experts' outputs in its own top-k order, so a
+// token's result does not depend on the rest of the batch.
 // Weights are views the loader keeps alive (see deepseek.h). Thread-compatible.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.h"
 #include "kernels/params/matmul_params.h"
 #include "model/model_spec.h"
 
@@ -41,17 +43,8 @@ struct MoeWeights {
   SwiGluWeights shared;                // [num_shared_experts * expert_ffn_dim] wide; may be empty
 };
 
-// y = down(silu(gate x) * up x) for x: [num_tokens, dim], y: [num_tokens, dim] (no aliasing).
-void SwiGlu(const SwiGluWeights& w, const float* x, int64_t num_tokens, float* y);
-
-// The routing decision for router logits [num_tokens, num_experts]: expert ids and weights,
-// [num_tokens, num_experts_per_tok] each, in descending order of the selection score.
-void RouteTokens(const MoeSpec& spec, const std::vector<float>& score_bias, const float* logits,
-                 int64_t num_tokens, int32_t* expert_ids, float* weights);
-
-// y = sum over the routed experts of weight * expert(x) + shared(x).
-// x: [num_tokens, dim], y: [num_tokens, dim] f32 (no aliasing).
-void MoeForward(const MoeSpec& spec, const MoeWeights& w, const float* x, int64_t num_tokens,
-                int64_t dim, float* y);
+// The layer's weights prepared on `backend` (Backend::Moe runs it). `layout` as in
+// Backend::PrepareWeight.
+MoeLayer PrepareMoeLayer(Backend& backend, const MoeWeights& w, WeightLayout layout);
 
 }  // namespace pagoda

@@ -1,4 +1,4 @@
-#include "model/kv_storage.h"
+#include "backend/kv_storage.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,43 +8,10 @@
 #include "core/memory_info.h"
 #include "core/op_profile.h"
 #include "core/parallel.h"
-#include "kernels/cpu/kv_quant.h"
+#include "kv/kv_codec.h"
 #include "kv/kv_layout.h"
 
 namespace pagoda {
-
-KVQuant KVQuantOf(KVCacheDType t) {
-  switch (t) {
-    case KVCacheDType::kFp8E4M3: return KVQuant::kFp8E4M3;
-    case KVCacheDType::kFp8E5M2: return KVQuant::kFp8E5M2;
-    case KVCacheDType::kInt8: return KVQuant::kInt8;
-    case KVCacheDType::kInt4: return KVQuant::kInt4;
-    case KVCacheDType::kNvfp4: return KVQuant::kNvfp4;
-    case KVCacheDType::kKivi2: return KVQuant::kKivi2;
-    default: return KVQuant::kNone;
-  }
-}
-
-KVStorageShape ApplyKVCacheFormat(KVStorageShape s, KVCacheDType t, const KVQuantOptions& o, bool mla) {
-  if (!IsQuantizedKV(t)) return s;
-  if (mla) {
-    PAGODA_ENSURE(t != KVCacheDType::kKivi2, ErrorCode::kUnsupported,
-                  "--kv-cache-dtype kivi2 is not supported for MLA latents (its per-channel keys need "
-                  "the wide side pool, which the MLA kernel does not read); use fp8, int8 or int4");
-    PAGODA_ENSURE(o.sink_tokens == 0 && o.recent_tokens == 0 && o.heavy_tokens == 0,
-                  ErrorCode::kUnsupported,
-                  "--kv-sink-tokens, --kv-recent-tokens and --kv-heavy-tokens are not supported for "
-                  "MLA latents (they need the wide side pool, which the MLA kernel does not read)");
-  }
-  s.quant = KVQuantOf(t);
-  s.group_size = o.group_size;
-  s.quantize_v = !mla || o.quantize_rope;
-  s.wide_layers = o.skip_layers;
-  s.sink_tokens = o.sink_tokens;
-  s.recent_tokens = o.recent_tokens;
-  s.heavy_tokens = o.heavy_tokens;
-  return s;
-}
 
 KVStorage::KVStorage(const KVStorageShape& s) : shape_(s) {
   PAGODA_ENSURE(s.dtype == DType::kF32 || s.dtype == DType::kBF16 || s.dtype == DType::kF16,

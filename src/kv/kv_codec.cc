@@ -1,4 +1,4 @@
-#include "kernels/cpu/kv_quant.h"
+#include "kv/kv_codec.h"
 
 #include <algorithm>
 #include <cmath>

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
 #include "kv/kv_layout.h"
-#include "model/kv_storage.h"
+#include "backend/kv_storage.h"
 
 namespace pagoda {
 namespace {

@@ -1,6 +1,6 @@
 // Round trips of every quantized KV format on random rows with outliers, zeros and
 // subnormals, against per-format error bounds stated in terms of each scale group's range.
-#include "kernels/cpu/kv_quant.h"
+#include "kv/kv_codec.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // hands out ids; this class only holds the bytes).
 //
 // Quantized caches (shape.quant != kNone): each array stores blocks in its KVArrayFormat
-// (byte layouts: kernels/cpu/kv_quant.h). Blocks are self-contained: codes and scales live
+// (byte layouts: kv/kv_codec.h). Blocks are self-contained: codes and scales live
 // in the block, so CopyBlock, prefix sharing and eviction move whole blocks. Layers listed in
 // wide_layers, and the V array when !quantize_v (MLA: k_pe stays bf16, RoPE-aware), keep
 // `dtype` elements.
@@ -22,7 +22,7 @@
 //     probabilities over the keys of its own block (softmax restricted to that block, from
 //     the wide copy) to the block's per-token mass. Once the query at the block's last slot
 //     has been observed, the K tokens with the largest mean mass (ties: the earlier token)
-//     are copied in bf16 into the block's heavy-row tail (kernels/cpu/kv_quant.h), where
+//     are copied in bf16 into the block's heavy-row tail (kv/kv_codec.h), where
 //     attention reads them from then on (a query reads its own block from the wide copy).
 //     The choice is frozen with the block, so it is shared with it.
 // A block gets a wide copy when written (offset 0 starts it; a write at offset > 0 into a
@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/kv_cache.h"
 #include "core/dtype.h"
 #include "kernels/params/attention_params.h"
 #include "kernels/params/mla_attention_params.h"
@@ -50,41 +51,11 @@
 
 namespace pagoda {
 
-struct KVStorageShape {
-  int64_t num_layers = 0;
-  int64_t num_blocks = 0;
-  int64_t block_size = 16;
-  int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t head_dim_v = 0;     // 0: same as head_dim
-  DType dtype = DType::kF32;  // kF32, kBF16 or kF16: wide layers and the wide side pool
-
-  // Quantization (--kv-cache-dtype and friends); kNone: every layer stores `dtype`.
-  KVQuant quant = KVQuant::kNone;
-  int64_t group_size = 32;          // --kv-quant-group-size (int8, int4, kivi2 values)
-  bool quantize_v = true;           // false: the V array stays `dtype` (MLA's k_pe)
-  std::vector<int64_t> wide_layers; // --kv-cache-dtype-skip-layers
-  int64_t sink_tokens = 0;          // --kv-sink-tokens
-  int64_t recent_tokens = 0;        // --kv-recent-tokens (clipped to the query's own block)
-  int64_t heavy_tokens = 0;         // --kv-heavy-tokens: bf16 copies per block (query-aware)
-};
-
-// `base` (from Model::KVShapeFor with the wide dtype, bf16 for quantized formats) with the
-// quantization fields set for --kv-cache-dtype `t` and `options`. Wide formats return base.
-// MLA (mla = true): the K array (latent c_kv) takes the format, the V array (k_pe) stays wide
-// unless options.quantize_rope. Per-token formats only (fp8_e4m3, fp8_e5m2, int8, int4,
-// nvfp4; skip-layers work); kivi2 and the side-pool policies (sink, recent and heavy
-// tokens) throw Unsupported for MLA.
-KVStorageShape ApplyKVCacheFormat(KVStorageShape base, KVCacheDType t, const KVQuantOptions& options,
-                                  bool mla = false);
-// The kernels' name for a quantized KVCacheDType (kNone for f32/bf16/f16).
-KVQuant KVQuantOf(KVCacheDType t);
-
-class KVStorage {
+class KVStorage : public KVCache {
  public:
   explicit KVStorage(const KVStorageShape& shape);
 
-  const KVStorageShape& shape() const { return shape_; }
+  const KVStorageShape& shape() const override { return shape_; }
   void* k(int64_t layer) { return k_[layer].data(); }
   void* v(int64_t layer) { return v_[layer].data(); }
   const void* k(int64_t layer) const { return k_[layer].data(); }
@@ -93,8 +64,8 @@ class KVStorage {
   const KVArrayFormat& v_format(int64_t layer) const { return v_format_[layer]; }
   // Bytes of the block arrays (what KVBytesPerToken predicts: bytes() / (num_blocks x
   // block_size) equals it). The wide side pool is extra: side_bytes().
-  int64_t bytes() const;
-  int64_t side_bytes() const;
+  int64_t bytes() const override;
+  int64_t side_bytes() const override;
 
   int64_t v_width() const { return shape_.num_kv_heads * (shape_.head_dim_v > 0 ? shape_.head_dim_v : shape_.head_dim); }
   int64_t k_width() const { return shape_.num_kv_heads * shape_.head_dim; }
@@ -102,7 +73,7 @@ class KVStorage {
   // Per-tensor scales of one layer (checkpoint k_scale / v_scale): fp8 then uses them instead
   // of dynamic per-token scales; nvfp4 uses them as its per-tensor f32 scale. REQUIRES: no
   // token of the layer written yet. Values <= 0 mean "none".
-  void SetTensorScales(int64_t layer, float k_scale, float v_scale);
+  void SetTensorScales(int64_t layer, float k_scale, float v_scale) override;
 
   // Stores k [n, num_kv_heads, head_dim] and v [n, num_kv_heads, head_dim_v] f32 of n tokens
   // at their slots (slot = block_id * block_size + offset), converting to the cache format.

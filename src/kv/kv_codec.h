@@ -22,12 +22,12 @@
 //   num_heads rows of ceil(d/4) bytes of 2-bit codes, then zero padding to a whole number of
 //   bytes per token (KVBlockBytes is a multiple of block_size). The codes are written when
 //   the block is full (QuantizeKVBlockPerChannel); until then the block's keys live in a wide
-//   copy (the KIVI residual, see model/kv_storage.h).
+//   copy (the KIVI residual, see backend/kv_storage.h).
 //
 // Heavy rows (heavy_rows = K > 0, quantized formats): after the block's bytes above, a tail
 //   [valid u8][K x u8 token offsets][K x num_heads x head_dim bf16 rows]
 // padded to a multiple of block_size bytes: bf16 copies of the K tokens chosen by the
-// storage (model/kv_storage.h: most attention mass from the block's own queries). While
+// storage (backend/kv_storage.h: most attention mass from the block's own queries). While
 // valid, DequantizeKVRow returns those rows instead of the codes.
 //
 // Scales are rounded to their storage type first and the codes computed against the
@@ -36,7 +36,7 @@
 
 #include <cstdint>
 
-#include "kernels/params/attention_params.h"
+#include "kv/kv_format.h"
 
 namespace pagoda {
 

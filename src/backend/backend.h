@@ -1,0 +1,166 @@
+// Backend: the device seam. Model code (src/model/arch/) describes a model as a sequence of
+// the operations below and calls nothing else; each device implements them (CpuBackend wraps
+// the kernels in kernels/cpu/, a CUDA backend those in kernels/cuda/), as ggml-backend and
+// vLLM's platform layer do.
+//
+//   Model::Forward(step, backend, cache, logits)
+//     backend.BeginStep(step, cache)      upload the step, plan attention once for all layers
+//     per layer: RmsNorm, MatMul (+ fused epilogues), Copy, AddBias, Rope, WriteKV,
+//                PagedAttention / MlaAttention, SiluMul, Add, MoE
+//     backend.GatherLogitRows + MatMul     the logits rows
+//
+// Ownership: what a backend prepares or allocates (weights, vectors, workspace buffers, KV
+// caches) is handed back with shared ownership and lives as long as its holder (the model,
+// the engine) keeps it. Weights are
+// prepared once at load (PrepareWeight: the CPU packs panels, CUDA uploads), so no device type
+// reaches WeightMatrix or the model. Activations are TensorViews of f32 [rows, cols] in memory
+// the backend allocated (Allocate), all on device(); ops never allocate once warmed up.
+// Thread-compatible: one step at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "backend/kv_cache.h"
+#include "backend/step_description.h"
+#include "core/tensor_view.h"
+#include "kernels/params/matmul_params.h"
+#include "kernels/params/rope_params.h"
+#include "kernels/params/moe_params.h"
+
+namespace pagoda {
+
+// A weight matrix as a backend prepared it: its shape as the model sees it and the backend's
+// own form behind `impl`. Empty (rows == 0) for an absent matrix.
+struct Weight {
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::shared_ptr<const void> impl;  // the backend's form; keeps it alive
+  bool empty() const { return rows == 0; }
+};
+
+// A small f32 vector prepared on the device, kept alive by `owner`.
+struct PreparedVector {
+  TensorView view;
+  std::shared_ptr<const void> owner;
+  bool empty() const { return view.cols == 0; }
+};
+
+// How PrepareWeight may lay a matrix out.
+enum class WeightLayout {
+  kFastest,   // whatever the backend multiplies fastest (CPU: row panels)
+  kRowMajor,  // as stored: rows read one by one (embedding tables; paths whose bits were fixed
+              // before panels existed)
+};
+
+// What becomes of a MatMul's products instead of (or besides) being stored in y.
+struct Epilogue {
+  enum class Kind { kNone, kAddTo, kSiluMulPairs };
+  Kind kind = Kind::kNone;
+  TensorView out;  // kAddTo: out += x W^T; kSiluMulPairs: out = silu(gate) * up (see below)
+};
+
+// The per-layer constants of a paged attention call.
+struct AttentionLayer {
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0f;
+  int64_t sliding_window = 0;  // 0: full attention
+};
+
+// A MoE layer's weights as prepared by the backend (model/arch/moe.h explains the routing).
+struct MoeLayer {
+  Weight router;                      // [num_experts, dim]
+  PreparedVector score_bias;                  // [num_experts] e_score_correction_bias; empty: none
+  std::vector<Weight> gate, up, down; // per expert: [ffn, dim], [ffn, dim], [dim, ffn]
+  Weight shared_gate, shared_up, shared_down;  // may be empty
+  std::shared_ptr<const void> impl;            // the backend's form (PrepareMoe)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string_view name() const = 0;
+
+  // ---- preparation (load time) ----
+  // The weight in `layout`; it reads `w`'s memory (the caller keeps it alive) and may keep
+  // its own copy (panels, device memory) in the returned Weight.
+  virtual Weight PrepareWeight(const WeightMatrix& w, WeightLayout layout = WeightLayout::kFastest) = 0;
+  // Several matrices of one dtype and width stacked along rows as one weight (q|k|v,
+  // gate|up), or an empty Weight when this backend has no stacked form for them (the model
+  // then runs the parts one by one). kPairs16: rows alternate 16 at a time between the two
+  // parts, for Epilogue::kSiluMulPairs.
+  virtual Weight PrepareStacked(std::span<const WeightMatrix> parts, StackOrder order) = 0;
+  // Completes a MoE layer whose Weights were prepared (sets layer->impl).
+  virtual void PrepareMoe(MoeLayer* layer) = 0;
+  // A small f32 vector (norm weights, biases) on the device.
+  virtual PreparedVector PrepareVector(std::span<const float> v) = 0;
+  // Logs what preparation did (e.g. how many matrices were packed and their size).
+  virtual void LogPrepared(std::string_view model_name) = 0;
+
+  // ---- memory ----
+  // A buffer of `floats` f32 values on the device (workspaces), freed with the last copy of
+  // the pointer.
+  virtual std::shared_ptr<float> Allocate(int64_t floats) = 0;
+  // The KV cache bytes for `shape` in this backend's memory (blocks addressed by id). Throws
+  // Unsupported when the format or a policy cannot run on this backend.
+  virtual std::unique_ptr<KVCache> CreateKVCache(const KVStorageShape& shape) = 0;
+  // Copy-on-write block copies, every layer.
+  virtual void CopyBlock(KVCache& cache, int32_t src, int32_t dst) = 0;
+
+  // ---- one step ----
+  // Makes `step` the current step (uploads it, plans attention for every layer). The views
+  // handed to the ops below then hold step.num_tokens() rows.
+  virtual void BeginStep(const StepDescription& step, KVCache& cache) = 0;
+
+  // out[t] = table[step.token_ids[t]] (rows of any weight dtype, as f32). Throws
+  // InvalidArgument for an id outside the table.
+  // REQUIRES: table prepared with WeightLayout::kRowMajor.
+  virtual void Embedding(const Weight& table, const TensorView& out) = 0;
+  // y = x W^T (x [n, W.cols], y [n, W.rows]); with an epilogue, y is scratch and the
+  // epilogue's output receives the result. kSiluMulPairs: W is a kPairs16 stack of gate and
+  // up; out [n, W.rows / 2].
+  virtual void MatMul(const Weight& w, const TensorView& x, const TensorView& y, const Epilogue& ep = {}) = 0;
+  // y = x / rms(x) * weight per row (y may alias x).
+  virtual void RmsNorm(const TensorView& x, const TensorView& weight, double eps, const TensorView& y) = 0;
+  virtual void AddBias(const TensorView& bias, const TensorView& x) = 0;   // x[t] += bias
+  virtual void Add(const TensorView& y, const TensorView& x) = 0;          // x += y
+  virtual void SiluMul(const TensorView& gate, const TensorView& up, const TensorView& out) = 0;
+  virtual void Copy(const TensorView& src, const TensorView& dst) = 0;      // same shape, any strides
+  // Rows of x at step.logits_indices -> out [num_logits, x.cols].
+  virtual void GatherLogitRows(const TensorView& x, const TensorView& out) = 0;
+  // RoPE at the step's positions on x [n, num_heads * head_stride]: dims [offset, offset +
+  // rope.dim) of each head.
+  virtual void Rope(const RopeParams& rope, const TensorView& x, int64_t num_heads, int64_t head_stride,
+                    int64_t offset) = 0;
+
+  // K/V of the step's tokens into their slots (quantizing for quantized formats).
+  virtual void WriteKV(KVCache& cache, int64_t layer, const TensorView& k, const TensorView& v) = 0;
+  // The query-aware policy's observation (heavy tokens); a no-op when the cache has none.
+  virtual void ObserveQueries(KVCache& cache, int64_t layer, const TensorView& q, int64_t num_heads,
+                              float scale) = 0;
+  // out [n, num_heads * head_dim] = softmax(q K^T * scale) V over each token's sequence.
+  virtual void PagedAttention(KVCache& cache, int64_t layer, const AttentionLayer& a, const TensorView& q,
+                              const TensorView& out) = 0;
+  // MLA in its absorbed form: q [n, num_heads * (rank + rope_dim)] -> out [n, num_heads * rank]
+  // over the latent cache (model/arch/deepseek.h).
+  virtual void MlaAttention(KVCache& cache, int64_t layer, int64_t num_heads, float scale, const TensorView& q,
+                            const TensorView& out) = 0;
+  // y = sum over the routed experts of weight * expert(x) + shared(x) (model/arch/moe.h).
+  virtual void Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorView& x, const TensorView& y) = 0;
+
+  // Result rows to the host (logits).
+  virtual void CopyToHost(const TensorView& src, float* dst) = 0;
+};
+
+// The process's CPU backend (kernels/cpu), used when nothing else is asked for.
+Backend& DefaultCpuBackend();
+
+}  // namespace pagoda

@@ -1,0 +1,42 @@
+#include "kv/kv_format.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+KVQuant KVQuantOf(KVCacheDType t) {
+  switch (t) {
+    case KVCacheDType::kFp8E4M3: return KVQuant::kFp8E4M3;
+    case KVCacheDType::kFp8E5M2: return KVQuant::kFp8E5M2;
+    case KVCacheDType::kInt8: return KVQuant::kInt8;
+    case KVCacheDType::kInt4: return KVQuant::kInt4;
+    case KVCacheDType::kNvfp4: return KVQuant::kNvfp4;
+    case KVCacheDType::kKivi2: return KVQuant::kKivi2;
+    default: return KVQuant::kNone;
+  }
+}
+
+KVStorageShape ApplyKVCacheFormat(KVStorageShape s, KVCacheDType t, const KVQuantOptions& o, bool mla) {
+  if (!IsQuantizedKV(t)) return s;
+  if (mla) {
+    PAGODA_ENSURE(t != KVCacheDType::kKivi2, ErrorCode::kUnsupported,
+                  "--kv-cache-dtype kivi2 is not supported for MLA latents (its per-channel keys need "
+                  "the wide side pool, which the MLA kernel does not read); use fp8, int8 or int4");
+    PAGODA_ENSURE(o.sink_tokens == 0 && o.recent_tokens == 0 && o.heavy_tokens == 0,
+                  ErrorCode::kUnsupported,
+                  "--kv-sink-tokens, --kv-recent-tokens and --kv-heavy-tokens are not supported for "
+                  "MLA latents (they need the wide side pool, which the MLA kernel does not read)");
+  }
+  s.quant = KVQuantOf(t);
+  s.group_size = o.group_size;
+  s.quantize_v = !mla || o.quantize_rope;
+  s.wide_layers = o.skip_layers;
+  s.sink_tokens = o.sink_tokens;
+  s.recent_tokens = o.recent_tokens;
+  s.heavy_tokens = o.heavy_tokens;
+  return s;
+}
+
+}  // namespace pagoda
