@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -18,7 +19,7 @@ std::atomic<int>& ThreadCount() {
 int NumThreads() { return ThreadCount().load(); }
 void SetNumThreads(int n) { ThreadCount().store(std::max(1, n)); }
 
-void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void ParallelFor(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t max_chunks = (n + grain - 1) / grain;
@@ -46,14 +47,14 @@ int TeamFor(int64_t n, int max_threads) {
   return static_cast<int>(std::min<int64_t>(cap, n));
 }
 
-void SharedQueue(int64_t n, int threads, const std::function<void(int64_t)>& fn) {
+void SharedQueue(int64_t n, int threads, FunctionRef<void(int64_t)> fn) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t i = 0; i < n; ++i) fn(i);
 }
 
 }  // namespace
 
-void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn, int max_threads) {
+void ParallelForDynamic(int64_t n, FunctionRef<void(int64_t)> fn, int max_threads) {
   const int threads = TeamFor(n, max_threads);
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);
@@ -68,7 +69,15 @@ void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn, int m
   struct alignas(64) Range {
     std::atomic<uint64_t> bounds;
   };
-  std::vector<Range> ranges(threads);
+  // On the stack for the usual team sizes: a kernel's parallel loop allocates nothing.
+  constexpr int kStackRanges = 64;
+  Range stack_ranges[kStackRanges];
+  std::unique_ptr<Range[]> heap_ranges;
+  Range* ranges = stack_ranges;
+  if (threads > kStackRanges) {
+    heap_ranges.reset(new Range[threads]);
+    ranges = heap_ranges.get();
+  }
   for (int r = 0; r < threads; ++r) {
     const uint64_t lo = static_cast<uint64_t>(n * r / threads), hi = static_cast<uint64_t>(n * (r + 1) / threads);
     ranges[r].bounds.store(lo << 32 | hi, std::memory_order_relaxed);
@@ -95,7 +104,7 @@ void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn, int m
   }
 }
 
-void ParallelForQueue(int64_t n, const std::function<void(int64_t)>& fn, int max_threads) {
+void ParallelForQueue(int64_t n, FunctionRef<void(int64_t)> fn, int max_threads) {
   const int threads = TeamFor(n, max_threads);
   if (threads <= 1) {
     for (int64_t i = 0; i < n; ++i) fn(i);

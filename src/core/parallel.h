@@ -7,7 +7,8 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
+
+#include "core/function_ref.h"
 
 namespace pagoda {
 
@@ -17,7 +18,7 @@ void SetNumThreads(int n);
 
 // Calls fn(begin, end) on disjoint ranges covering [0, n), in parallel.
 // `grain` is the smallest range worth giving one thread.
-void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+void ParallelFor(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn);
 
 // Calls fn(i) once for every i in [0, n), balancing the threads as they run: [0, n) is split
 // into one contiguous range per thread, each thread takes the items of its own range in
@@ -28,11 +29,11 @@ void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int
 // one waiting at the end. Which thread computes an item must not change its result (the
 // same contract as ParallelFor).
 // `max_threads` > 0 caps the threads (small work: waking a thread costs more than it saves).
-void ParallelForDynamic(int64_t n, const std::function<void(int64_t)>& fn, int max_threads = 0);
+void ParallelForDynamic(int64_t n, FunctionRef<void(int64_t)> fn, int max_threads = 0);
 
 // Calls fn(i) once for every i in [0, n), the items handed out one at a time in increasing
 // order to whichever thread is free (one shared queue). Give the items longest first and the
 // threads end together (longest-processing-time first). Same contract as ParallelFor.
-void ParallelForQueue(int64_t n, const std::function<void(int64_t)>& fn, int max_threads = 0);
+void ParallelForQueue(int64_t n, FunctionRef<void(int64_t)> fn, int max_threads = 0);
 
 }  // namespace pagoda

@@ -301,7 +301,10 @@ void PlanPagedAttention(const PagedAttentionParams& p, PagedAttentionPlan* plan)
   std::vector<int32_t>& order = plan->order;
   order.resize(items.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return items[a].cost > items[b].cost; });
+  // Costliest first, ties in item order (stable_sort's order without its temporary buffer).
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return items[a].cost != items[b].cost ? items[a].cost > items[b].cost : a < b;
+  });
   double work = 0;
   for (const WorkItem& it : items) work += static_cast<double>(it.cost) * group * std::max<int64_t>(d, 64) * 2;
   plan->threads = static_cast<int>(std::clamp<double>(work / (1 << 15), 1, NumThreads()));

@@ -314,7 +314,7 @@ void MatMulAt(IsaLevel level, const CpuWeight& w, const float* x, int64_t num_to
     MatMulPacked(level, *w.packed, x, num_tokens, y, ep);
     return;
   }
-  QuantizedActivations xq;
+  thread_local QuantizedActivations xq;  // kept per thread: its vectors keep their capacity
   const bool quantized = w.dtype == DType::kQ8_0 || w.dtype == DType::kQ4_0;
   if (quantized) QuantizeActivations(x, num_tokens, w.cols, w.dtype == DType::kQ4_0, &xq);
   // K-quants: no fast path yet; rows are dequantized to f32 (exactly) and reduced by the

@@ -22,7 +22,8 @@ T* Grow(std::vector<T>& v, int64_t n) {
 void TopK(const std::vector<double>& v, int64_t k, std::vector<int64_t>* idx) {
   idx->resize(v.size());
   std::iota(idx->begin(), idx->end(), 0);
-  std::stable_sort(idx->begin(), idx->end(), [&](int64_t a, int64_t b) { return v[a] > v[b]; });
+  // stable_sort's order (ties by index) without its temporary buffer.
+  std::sort(idx->begin(), idx->end(), [&](int64_t a, int64_t b) { return v[a] != v[b] ? v[a] > v[b] : a < b; });
   idx->resize(k);
 }
 

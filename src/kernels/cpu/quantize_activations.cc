@@ -164,7 +164,8 @@ void QuantizeActivationsAt(IsaLevel level, const float* x, int64_t num_tokens, i
   const int64_t nb = out->num_blocks;
   ParallelFor(num_tokens, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)),
               [&](int64_t t0, int64_t t1) {
-    std::vector<int32_t> row_sums(level == IsaLevel::kAvx512 ? nb : 0);
+    thread_local std::vector<int32_t> row_sums;  // kept per thread: no allocation per call
+    if (level == IsaLevel::kAvx512 && static_cast<int64_t>(row_sums.size()) < nb) row_sums.resize(nb);
     for (int64_t t = t0; t < t1; ++t) {
       if (level == IsaLevel::kAvx512) {
         QuantizeRowAvx512(x + t * cols, nb, out->q.data() + t * cols, out->d.data() + t * nb, row_sums.data());
