@@ -46,8 +46,10 @@ Example FromPair(const Tokenizer& tok, std::string context, std::string continua
   o.parse_special = true;
   Example e;
   if (context.empty()) {
-    const int32_t prefix = tok.bos_id() >= 0 ? tok.bos_id() : (tok.eos_ids().empty() ? -1 : tok.eos_ids()[0]);
-    PAGODA_ENSURE(prefix >= 0, ErrorCode::kInvalidArgument, "an empty context needs a BOS or EOS token");
+    const int32_t prefix =
+        tok.bos_id() >= 0 ? tok.bos_id() : (tok.eos_ids().empty() ? -1 : tok.eos_ids()[0]);
+    PAGODA_ENSURE(prefix >= 0, ErrorCode::kInvalidArgument,
+                  "an empty context needs a BOS or EOS token");
     e.ids = {prefix};
     const std::vector<int32_t> cont = tok.Encode(continuation, o);
     e.ids.insert(e.ids.end(), cont.begin(), cont.end());
@@ -78,25 +80,29 @@ int RunLoglikelihood(const LoglikelihoodFlags& f) {
   for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    PAGODA_ENSURE(j.is_object(), ErrorCode::kInvalidArgument, f.data << ":" << line_no << ": not a JSON object");
+    PAGODA_ENSURE(j.is_object(), ErrorCode::kInvalidArgument,
+                  f.data << ":" << line_no << ": not a JSON object");
     Example e;
     if (j.contains("prompt_ids")) {
       PAGODA_ENSURE(j["prompt_ids"].is_array(), ErrorCode::kInvalidArgument,
                     f.data << ":" << line_no << ": prompt_ids must be a list of token ids");
       e.ids = j["prompt_ids"].get<std::vector<int32_t>>();
     } else {
-      PAGODA_ENSURE(j.contains("context") && j["context"].is_string() && j.contains("continuation") &&
-                        j["continuation"].is_string(),
+      PAGODA_ENSURE(j.contains("context") && j["context"].is_string() &&
+                        j.contains("continuation") && j["continuation"].is_string(),
                     ErrorCode::kInvalidArgument,
-                    f.data << ":" << line_no << ": needs \"prompt_ids\" or \"context\" and \"continuation\" strings");
+                    f.data << ":" << line_no
+                           << ": needs \"prompt_ids\" or \"context\" and \"continuation\" strings");
       PAGODA_ENSURE(tokenizer != nullptr, ErrorCode::kInvalidArgument,
                     f.model.model << " has no tokenizer; pass --tokenizer PATH");
       e = FromPair(*tokenizer, j["context"], j["continuation"]);
     }
-    PAGODA_ENSURE(e.ids.size() >= 2, ErrorCode::kInvalidArgument, f.data << ":" << line_no << ": fewer than 2 tokens");
+    PAGODA_ENSURE(e.ids.size() >= 2, ErrorCode::kInvalidArgument,
+                  f.data << ":" << line_no << ": fewer than 2 tokens");
     for (int32_t id : e.ids) {
-      PAGODA_ENSURE(id >= 0 && id < vocab, ErrorCode::kInvalidArgument,
-                    f.data << ":" << line_no << ": token id " << id << " is outside the vocabulary");
+      PAGODA_ENSURE(
+          id >= 0 && id < vocab, ErrorCode::kInvalidArgument,
+          f.data << ":" << line_no << ": token id " << id << " is outside the vocabulary");
     }
     const std::vector<float> logits = SequenceLogits(*model, e.ids, choice);
     nlohmann::json token_logprobs = nlohmann::json::array({nullptr});
@@ -129,7 +135,8 @@ int RunLoglikelihood(const LoglikelihoodFlags& f) {
     std::printf("%s\n", nlohmann::json{{"results", results}}.dump().c_str());
   } else {
     for (const auto& r : results) {
-      std::printf("%.6f %s\n", r["loglikelihood"].get<double>(), r["is_greedy"].get<bool>() ? "greedy" : "-");
+      std::printf("%.6f %s\n", r["loglikelihood"].get<double>(),
+                  r["is_greedy"].get<bool>() ? "greedy" : "-");
     }
   }
   return 0;
@@ -141,7 +148,8 @@ void AddEvalLoglikelihoodCommand(CLI::App& root, Action* action) {
   CLI::App* eval = root.get_subcommand("eval");
   auto f = std::make_shared<LoglikelihoodFlags>();
   CLI::App* app = eval->add_subcommand(
-      "loglikelihood", "log-probability of continuations (lm-evaluation-harness's requests) or of token ids");
+      "loglikelihood",
+      "log-probability of continuations (lm-evaluation-harness's requests) or of token ids");
   f->model.Add(app);
   app->add_option("--data", f->data,
                   "JSONL: {\"context\", \"continuation\"} or {\"prompt_ids\"} per line")

@@ -66,7 +66,8 @@ ordered_json Generation::ChunkOf(int64_t choice, ordered_json delta_or_text, ord
   return chunk;
 }
 
-std::vector<ordered_json> Generation::ChatChunks(const ChoiceOutput& o, Choice& c, ordered_json lp) {
+std::vector<ordered_json> Generation::ChatChunks(const ChoiceOutput& o, Choice& c,
+                                                 ordered_json lp) {
   const RequestOutput& out = o.output;
   std::string content = out.new_text;
   std::vector<ToolCall> calls;
@@ -128,7 +129,8 @@ std::vector<ordered_json> Generation::Chunks(const ChoiceOutput& o) {
   const bool first = !c.started;
   const int64_t prompt = o.choice / n;
   if (chat) {
-    ordered_json lp = want_logprobs ? ChatLogprobs(tokenizer, out.new_logprobs) : ordered_json(nullptr);
+    ordered_json lp =
+        want_logprobs ? ChatLogprobs(tokenizer, out.new_logprobs) : ordered_json(nullptr);
     chunks = ChatChunks(o, c, std::move(lp));
     if (want_prompt_logprobs && first && o.choice == 0) {
       chunks.front()["prompt_logprobs"] = PromptLogprobsJson(tokenizer, out.prompt_logprobs);
@@ -172,7 +174,8 @@ ordered_json Generation::Response() const {
       if (tool_format != nullptr) {
         ParsedToolCalls parsed = ParseToolCalls(*tool_format, c.text);
         if (!parsed.calls.empty()) {
-          message["content"] = parsed.content.empty() ? ordered_json(nullptr) : ordered_json(parsed.content);
+          message["content"] =
+              parsed.content.empty() ? ordered_json(nullptr) : ordered_json(parsed.content);
           ordered_json calls = ordered_json::array();
           for (const ToolCall& call : parsed.calls) calls.push_back(ToolCallJson(call));
           message["tool_calls"] = std::move(calls);
@@ -180,19 +183,21 @@ ordered_json Generation::Response() const {
         }
       }
       choice["message"] = std::move(message);
-      choice["logprobs"] = want_logprobs ? ChatLogprobs(tokenizer, c.logprobs) : ordered_json(nullptr);
+      choice["logprobs"] =
+          want_logprobs ? ChatLogprobs(tokenizer, c.logprobs) : ordered_json(nullptr);
     } else {
       const std::string prefix = echo ? prompt_texts[prompt] : std::string();
       choice["text"] = prefix + c.text;
       if (!want_logprobs) {
         choice["logprobs"] = nullptr;
       } else if (echo) {
-        choice["logprobs"] =
-            EchoCompletionLogprobs(tokenizer, first_prompt_ids[prompt], c.prompt_logprobs, c.logprobs);
+        choice["logprobs"] = EchoCompletionLogprobs(tokenizer, first_prompt_ids[prompt],
+                                                    c.prompt_logprobs, c.logprobs);
       } else {
         choice["logprobs"] = CompletionLogprobs(tokenizer, c.logprobs, 0);
       }
-      if (want_prompt_logprobs) choice["prompt_logprobs"] = PromptLogprobsJson(tokenizer, c.prompt_logprobs);
+      if (want_prompt_logprobs)
+        choice["prompt_logprobs"] = PromptLogprobsJson(tokenizer, c.prompt_logprobs);
     }
     choice["finish_reason"] = std::move(finish);
     if (!chat) choice["stop_reason"] = nullptr;

@@ -37,10 +37,10 @@ struct Generation {
   bool include_usage = false;
   bool want_logprobs = false;
   bool echo = false;
-  bool want_prompt_logprobs = false;       // vLLM's prompt_logprobs field in the response
-  std::vector<std::string> prompt_texts;   // completions' echo
-  std::vector<int32_t> first_prompt_ids;   // per prompt: its first token (echo logprobs)
-  bool return_token_ids = false;           // vLLM's prompt_token_ids / token_ids per choice
+  bool want_prompt_logprobs = false;             // vLLM's prompt_logprobs field in the response
+  std::vector<std::string> prompt_texts;         // completions' echo
+  std::vector<int32_t> first_prompt_ids;         // per prompt: its first token (echo logprobs)
+  bool return_token_ids = false;                 // vLLM's prompt_token_ids / token_ids per choice
   std::vector<std::vector<int32_t>> prompt_ids;  // per prompt, when return_token_ids
   std::vector<int64_t> prompt_lens;
   const ToolCallFormat* tool_format = nullptr;  // chat with tool parsing; may be null
@@ -64,8 +64,8 @@ struct Generation {
  private:
   struct Choice {
     ChoiceState state;
-    bool started = false;       // streaming: the first chunk was sent
-    int64_t lp_offset = 0;      // streaming: the next logprobs text_offset
+    bool started = false;   // streaming: the first chunk was sent
+    int64_t lp_offset = 0;  // streaming: the next logprobs text_offset
     std::unique_ptr<ToolCallStream> tools;
   };
   ordered_json ChunkOf(int64_t choice, ordered_json delta_or_text, ordered_json logprobs,

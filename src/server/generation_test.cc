@@ -31,7 +31,8 @@ struct ChatFixture {
 };
 
 const std::vector<std::string> kAnswer = {
-    "Let me look.", "\n<tool_call>\n{\"name\": \"get_weather\", ", "\"arguments\": {\"city\": \"Paris\"}}",
+    "Let me look.", "\n<tool_call>\n{\"name\": \"get_weather\", ",
+    "\"arguments\": {\"city\": \"Paris\"}}",
     "\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"};
 
 TEST(GenerationTest, StreamsToolCallsAsOpenAiDoes) {
@@ -52,7 +53,8 @@ TEST(GenerationTest, StreamsToolCallsAsOpenAiDoes) {
   std::string content;
   std::vector<ordered_json> calls;
   for (const ordered_json& d : deltas) {
-    if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
+    if (d.contains("content") && d["content"].is_string())
+      content += d["content"].get<std::string>();
     if (!d.contains("tool_calls")) continue;
     ASSERT_EQ(d["tool_calls"].size(), 1u);
     const ordered_json& tc = d["tool_calls"][0];
@@ -65,7 +67,8 @@ TEST(GenerationTest, StreamsToolCallsAsOpenAiDoes) {
     } else {
       ASSERT_EQ(index + 1, static_cast<int64_t>(calls.size()));  // arguments follow their name
       calls[index]["function"]["arguments"] =
-          calls[index]["function"]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+          calls[index]["function"]["arguments"].get<std::string>() +
+          tc["function"]["arguments"].get<std::string>();
     }
   }
   EXPECT_EQ(content, "Let me look.\n");
@@ -101,10 +104,12 @@ TEST(GenerationTest, UnparsableAnswerIsPlainTextWithItsFinishReason) {
   std::string streamed;
   ordered_json last;
   for (const char* piece : {"<tool_call>\n{\"name\": ", "get_weather}\n</tool_call>"}) {
-    for (ordered_json& c : f.g.Chunks(Out(piece, std::string(piece).find("</tool_call>") != std::string::npos))) {
+    for (ordered_json& c :
+         f.g.Chunks(Out(piece, std::string(piece).find("</tool_call>") != std::string::npos))) {
       const ordered_json& d = c["choices"][0]["delta"];
       EXPECT_FALSE(d.contains("tool_calls"));
-      if (d.contains("content") && d["content"].is_string()) streamed += d["content"].get<std::string>();
+      if (d.contains("content") && d["content"].is_string())
+        streamed += d["content"].get<std::string>();
       last = c;
     }
   }
@@ -165,7 +170,8 @@ TEST(GenerationTest, EchoStreamPutsThePromptLogprobsInTheFirstChunk) {
   // The whole response: the same entries in one list.
   ordered_json r = g.Response();
   EXPECT_EQ(r["choices"][0]["text"], "abcd");
-  EXPECT_EQ(r["choices"][0]["logprobs"]["token_logprobs"], (ordered_json{nullptr, -1.0, -0.5, -0.25}));
+  EXPECT_EQ(r["choices"][0]["logprobs"]["token_logprobs"],
+            (ordered_json{nullptr, -1.0, -0.5, -0.25}));
   EXPECT_EQ(r["choices"][0]["logprobs"]["text_offset"], (ordered_json{0, 10, 20, 30}));
 }
 

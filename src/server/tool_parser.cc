@@ -231,7 +231,8 @@ class MistralFormat : public ToolCallFormat {
       json v;
       ToolCall call;
       call.name = std::string(name);
-      if (!ParseJson(s.substr(obj, end - obj), &v) || !ArgumentsText(v, &call.arguments)) return false;
+      if (!ParseJson(s.substr(obj, end - obj), &v) || !ArgumentsText(v, &call.arguments))
+        return false;
       calls->push_back(std::move(call));
       p = *consumed = end;
     }
@@ -239,7 +240,8 @@ class MistralFormat : public ToolCallFormat {
   // Mistral's templates require ids of 9 letters and digits.
   std::string NewCallId() const override {
     static thread_local std::mt19937_64 rng{std::random_device{}()};
-    static constexpr char kAlnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    static constexpr char kAlnum[] =
+        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     std::string id(9, 'a');
     for (char& c : id) c = kAlnum[rng() % (sizeof(kAlnum) - 1)];
     return id;
@@ -338,7 +340,9 @@ std::unique_ptr<ToolCallFormat> MakeToolCallFormat(std::string_view name) {
   return nullptr;
 }
 
-std::string ToolCallFormatNames() { return "hermes, llama3_json, mistral, deepseek_v3, deepseek_v31"; }
+std::string ToolCallFormatNames() {
+  return "hermes, llama3_json, mistral, deepseek_v3, deepseek_v31";
+}
 
 ToolCallDelta ToolCallStream::Add(std::string_view text) {
   text_.append(text);

@@ -28,7 +28,7 @@
 namespace pagoda {
 
 struct ToolCall {
-  std::string id;         // "call_" + 24 hex digits (mistral: 9 letters and digits)
+  std::string id;  // "call_" + 24 hex digits (mistral: 9 letters and digits)
   std::string name;
   std::string arguments;  // JSON text of the arguments object
 };
@@ -84,12 +84,12 @@ class ToolCallStream {
   ToolCallDelta Step(bool final);
 
   const ToolCallFormat& format_;
-  std::string text_;               // the whole answer so far
-  size_t content_end_ = 0;         // text_[0, content_end_) went out as content
+  std::string text_;        // the whole answer so far
+  size_t content_end_ = 0;  // text_[0, content_end_) went out as content
   size_t section_start_ = std::string::npos;
-  size_t parsed_end_ = 0;          // within the section: the end of the last call sent
+  size_t parsed_end_ = 0;  // within the section: the end of the last call sent
   int64_t num_calls_ = 0;
-  bool failed_ = false;            // the section stopped parsing
+  bool failed_ = false;  // the section stopped parsing
 };
 
 // Parses a whole answer: content (possibly empty) and the calls.

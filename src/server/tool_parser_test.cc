@@ -66,28 +66,33 @@ TEST(ToolParserTest, HermesOneCall) {
 }
 
 TEST(ToolParserTest, HermesContentThenTwoCalls) {
-  ExpectParses("hermes",
-               "Let me check both cities.\n<tool_call>\n{\"name\": \"get_current_weather\", "
-               "\"arguments\": {\"location\": \"Paris, France\", \"unit\": \"celsius\"}}\n</tool_call>\n"
-               "<tool_call>\n{\"name\": \"get_current_weather\", \"arguments\": {\"location\": "
-               "\"Tokyo\", \"unit\": \"celsius\"}}\n</tool_call>",
-               "Let me check both cities.\n",
-               {{"get_current_weather", kParis}, {"get_current_weather", kTokyo}});
+  ExpectParses(
+      "hermes",
+      "Let me check both cities.\n<tool_call>\n{\"name\": \"get_current_weather\", "
+      "\"arguments\": {\"location\": \"Paris, France\", \"unit\": \"celsius\"}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_current_weather\", \"arguments\": {\"location\": "
+      "\"Tokyo\", \"unit\": \"celsius\"}}\n</tool_call>",
+      "Let me check both cities.\n",
+      {{"get_current_weather", kParis}, {"get_current_weather", kTokyo}});
 }
 
 TEST(ToolParserTest, HermesWithoutClosingTagAtTheEnd) {
-  ExpectParses("hermes", "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n", "", {{"now", nlohmann::json::object()}});
+  ExpectParses("hermes", "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n", "",
+               {{"now", nlohmann::json::object()}});
 }
 
 TEST(ToolParserTest, HermesBracesInsideStrings) {
   ExpectParses("hermes",
-               "<tool_call>\n{\"name\": \"run\", \"arguments\": {\"code\": \"if (x) { y(\\\"}\\\"); }\"}}\n</tool_call>",
+               "<tool_call>\n{\"name\": \"run\", \"arguments\": {\"code\": \"if (x) { "
+               "y(\\\"}\\\"); }\"}}\n</tool_call>",
                "", {{"run", {{"code", "if (x) { y(\"}\"); }"}}}});
 }
 
 TEST(ToolParserTest, HermesBadInputIsText) {
   ExpectUnchanged("hermes", "The weather in Paris is sunny.");
-  ExpectUnchanged("hermes", "<tool_call>\n{\"name\": \"get_current_weather\", \"arguments\": {\"location\": \n</tool_call>");
+  ExpectUnchanged("hermes",
+                  "<tool_call>\n{\"name\": \"get_current_weather\", \"arguments\": {\"location\": "
+                  "\n</tool_call>");
   ExpectUnchanged("hermes", "<tool_call>\n{\"arguments\": {}}\n</tool_call>");  // no name
   ExpectUnchanged("hermes", "<tool_call>\nget_current_weather(Paris)\n</tool_call>");
   ExpectUnchanged("hermes", "<tool_call>");
@@ -96,18 +101,18 @@ TEST(ToolParserTest, HermesBadInputIsText) {
 }
 
 TEST(ToolParserTest, HermesTextAfterTheCallsIsContent) {
-  ExpectParses("hermes",
-               "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\nDone.",
+  ExpectParses("hermes", "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\nDone.",
                "\nDone.", {{"now", nlohmann::json::object()}});
 }
 
 // ---- llama3_json (Llama 3.1 / 3.2 templates) ----
 
 TEST(ToolParserTest, Llama3JsonParameters) {
-  ExpectParses("llama3_json",
-               "{\"name\": \"get_current_weather\", \"parameters\": {\"location\": \"Paris, France\", "
-               "\"unit\": \"celsius\"}}",
-               "", {{"get_current_weather", kParis}});
+  ExpectParses(
+      "llama3_json",
+      "{\"name\": \"get_current_weather\", \"parameters\": {\"location\": \"Paris, France\", "
+      "\"unit\": \"celsius\"}}",
+      "", {{"get_current_weather", kParis}});
 }
 
 TEST(ToolParserTest, Llama3JsonPythonTagAndSeveralCalls) {
@@ -119,13 +124,16 @@ TEST(ToolParserTest, Llama3JsonPythonTagAndSeveralCalls) {
 }
 
 TEST(ToolParserTest, Llama3JsonLeadingWhitespace) {
-  ExpectParses("llama3_json", "\n\n{\"name\": \"now\", \"parameters\": {}}", "", {{"now", nlohmann::json::object()}});
+  ExpectParses("llama3_json", "\n\n{\"name\": \"now\", \"parameters\": {}}", "",
+               {{"now", nlohmann::json::object()}});
 }
 
 TEST(ToolParserTest, Llama3JsonBadInputIsText) {
-  ExpectUnchanged("llama3_json", "I can't call tools for that. {\"name\": \"x\", \"parameters\": {}}");
+  ExpectUnchanged("llama3_json",
+                  "I can't call tools for that. {\"name\": \"x\", \"parameters\": {}}");
   ExpectUnchanged("llama3_json", "{\"answer\": 42}");  // JSON, but not a call
-  ExpectUnchanged("llama3_json", "{\"name\": \"get_current_weather\", \"parameters\": {\"location\": \"Par");
+  ExpectUnchanged("llama3_json",
+                  "{\"name\": \"get_current_weather\", \"parameters\": {\"location\": \"Par");
   ExpectUnchanged("llama3_json", "{not json at all}");
   ExpectUnchanged("llama3_json", "   ");
 }
@@ -134,30 +142,35 @@ TEST(ToolParserTest, Llama3JsonBadInputIsText) {
 
 TEST(ToolParserTest, MistralArray) {
   auto f = MakeToolCallFormat("mistral");
-  ExpectParses("mistral",
-               "[TOOL_CALLS][{\"name\": \"get_current_weather\", \"arguments\": {\"location\": \"Paris, "
-               "France\", \"unit\": \"celsius\"}}, {\"name\": \"get_current_weather\", \"arguments\": "
-               "{\"location\": \"Tokyo\", \"unit\": \"celsius\"}}]",
-               "", {{"get_current_weather", kParis}, {"get_current_weather", kTokyo}});
-  const ParsedToolCalls p = ParseToolCalls(*f, "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]");
+  ExpectParses(
+      "mistral",
+      "[TOOL_CALLS][{\"name\": \"get_current_weather\", \"arguments\": {\"location\": \"Paris, "
+      "France\", \"unit\": \"celsius\"}}, {\"name\": \"get_current_weather\", \"arguments\": "
+      "{\"location\": \"Tokyo\", \"unit\": \"celsius\"}}]",
+      "", {{"get_current_weather", kParis}, {"get_current_weather", kTokyo}});
+  const ParsedToolCalls p =
+      ParseToolCalls(*f, "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]");
   ASSERT_EQ(p.calls.size(), 1u);
   EXPECT_EQ(p.calls[0].id.size(), 9u);  // Mistral's templates check for 9 alphanumerics
 }
 
 TEST(ToolParserTest, MistralContentBeforeAndArgsForm) {
-  ExpectParses("mistral",
-               "Sure.[TOOL_CALLS]get_current_weather[ARGS]{\"location\": \"Paris, France\", \"unit\": "
-               "\"celsius\"}",
-               "Sure.", {{"get_current_weather", kParis}});
+  ExpectParses(
+      "mistral",
+      "Sure.[TOOL_CALLS]get_current_weather[ARGS]{\"location\": \"Paris, France\", \"unit\": "
+      "\"celsius\"}",
+      "Sure.", {{"get_current_weather", kParis}});
 }
 
 TEST(ToolParserTest, MistralStringArguments) {
-  ExpectParses("mistral", "[TOOL_CALLS] [{\"name\": \"now\", \"arguments\": \"{\\\"tz\\\": \\\"UTC\\\"}\"}]", "",
-               {{"now", {{"tz", "UTC"}}}});
+  ExpectParses("mistral",
+               "[TOOL_CALLS] [{\"name\": \"now\", \"arguments\": \"{\\\"tz\\\": \\\"UTC\\\"}\"}]",
+               "", {{"now", {{"tz", "UTC"}}}});
 }
 
 TEST(ToolParserTest, MistralBadInputIsText) {
-  ExpectUnchanged("mistral", "[TOOL_CALLS][{\"name\": \"get_current_weather\", \"arguments\": {\"location\"");
+  ExpectUnchanged("mistral",
+                  "[TOOL_CALLS][{\"name\": \"get_current_weather\", \"arguments\": {\"location\"");
   ExpectUnchanged("mistral", "[TOOL_CALLS][]");
   ExpectUnchanged("mistral", "[TOOL_CALLS][{\"arguments\": {}}]");
   ExpectUnchanged("mistral", "[TOOL_CALLS] I would call a tool here");
@@ -167,32 +180,39 @@ TEST(ToolParserTest, MistralBadInputIsText) {
 // ---- deepseek_v3 (DeepSeek-R1-Distill-Llama-8B's template) ----
 
 TEST(ToolParserTest, DeepSeekV3TwoCalls) {
-  ExpectParses("deepseek_v3",
-               "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_current_weather\n"
-               "```json\n{\"location\": \"Paris, France\", \"unit\": \"celsius\"}\n```<｜tool▁call▁end｜>\n"
-               "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_current_weather\n```json\n{\"location\": "
-               "\"Tokyo\", \"unit\": \"celsius\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-               "", {{"get_current_weather", kParis}, {"get_current_weather", kTokyo}});
+  ExpectParses(
+      "deepseek_v3",
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_current_weather\n"
+      "```json\n{\"location\": \"Paris, France\", \"unit\": \"celsius\"}\n```<｜tool▁call▁end｜>\n"
+      "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_current_weather\n```json\n{\"location\": "
+      "\"Tokyo\", \"unit\": \"celsius\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      "", {{"get_current_weather", kParis}, {"get_current_weather", kTokyo}});
 }
 
 TEST(ToolParserTest, DeepSeekV3AfterThinking) {
-  ExpectParses("deepseek_v3",
-               "I need the weather.\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
-               "<｜tool▁sep｜>get_current_weather\n```json\n{\"location\": \"Paris, France\", \"unit\": "
-               "\"celsius\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-               "I need the weather.\n</think>\n\n", {{"get_current_weather", kParis}});
+  ExpectParses(
+      "deepseek_v3",
+      "I need the weather.\n</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
+      "<｜tool▁sep｜>get_current_weather\n```json\n{\"location\": \"Paris, France\", \"unit\": "
+      "\"celsius\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      "I need the weather.\n</think>\n\n", {{"get_current_weather", kParis}});
 }
 
 TEST(ToolParserTest, DeepSeekV31) {
-  ExpectParses("deepseek_v31",
-               "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_current_weather<｜tool▁sep｜>{\"location\": "
-               "\"Paris, France\", \"unit\": \"celsius\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-               "", {{"get_current_weather", kParis}});
+  ExpectParses(
+      "deepseek_v31",
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_current_weather<｜tool▁sep｜>{\"location\": "
+      "\"Paris, France\", \"unit\": \"celsius\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      "", {{"get_current_weather", kParis}});
 }
 
 TEST(ToolParserTest, DeepSeekBadInputIsText) {
-  ExpectUnchanged("deepseek_v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{oops}\n```<｜tool▁call▁end｜>");
-  ExpectUnchanged("deepseek_v3", "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": 1}");
+  ExpectUnchanged("deepseek_v3",
+                  "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{"
+                  "oops}\n```<｜tool▁call▁end｜>");
+  ExpectUnchanged(
+      "deepseek_v3",
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": 1}");
   ExpectUnchanged("deepseek_v3", "<｜tool▁calls▁begin｜>");
   ExpectUnchanged("deepseek_v3", "no tools today <｜tool▁ca");
 }
