@@ -4,7 +4,9 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
-MODEL ?= dummy:llama-tiny
+# empty: the model compiled into pagoda (models/pagoda-tiny.gguf); else any --model value
+MODEL ?=
+PROMPT ?= Once upon a time
 
 .PHONY: deps build run test test-release test-asan clean
 
@@ -18,7 +20,7 @@ build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	$(BUILD)/pagoda generate --model $(MODEL) --prompt-ids 1,2,3,4 --max-tokens 32 --temperature 0
+	$(BUILD)/pagoda generate $(if $(MODEL),--model $(MODEL)) --prompt "$(PROMPT)" --max-tokens 64 --temperature 0
 
 test-release: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

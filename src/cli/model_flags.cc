@@ -1,5 +1,6 @@
 #include "cli/model_flags.h"
 
+#include "cli/default_model.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/parallel.h"
@@ -11,7 +12,12 @@ namespace pagoda::cli {
 void ModelFlags::Add(CLI::App* app) {
   app->add_option("--model", model,
                   "a .gguf file, a llama2.c .bin (with --tokenizer), a Hugging Face directory, "
-                  "or dummy:<preset>")->required();
+                  "or dummy:<preset> (default: the embedded pagoda-tiny)");
+  // No --model: the model compiled into the binary (cli/default_model.h), resolved once the
+  // command line is parsed, so every use of `model` (names, chat template, loaders) sees a path.
+  app->parse_complete_callback([this] {
+    if (model.empty()) model = EmbeddedDefaultModelPath();
+  });
   app->add_option("--tokenizer", tokenizer, "tokenizer file (tok*.bin, tokenizer.json, tokenizer.model)");
   app->add_option("--dtype", dtype, "weight dtype of dummy models: bf16 | f16 | f32 | q8_0 | q4_0")
       ->capture_default_str();
@@ -86,7 +92,7 @@ void EngineFlags::Add(CLI::App* app) {
   app->add_option("--max-num-batched-tokens", max_num_batched_tokens, "token budget of one step")->capture_default_str();
 }
 
-EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, const Model& model) const {
+EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, Model& model) const {
   EngineConfig c;
   const KVCacheDType model_default =
       model.spec().weight_dtype == DType::kF32 ? KVCacheDType::kF32 : KVCacheDType::kBF16;
@@ -98,7 +104,10 @@ EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, const Model& model
   o.max_model_len = flags.max_model_len > 0 ? flags.max_model_len : model.spec().max_position;
   if (!kv_cache_memory.empty()) o.kv_cache_memory_bytes = ParseMemorySize(kv_cache_memory);
   o.gpu_memory_utilization = gpu_memory_utilization;
-  o.non_kv_bytes = model.WeightBytesPerToken();
+  // Profile a dummy batch as vLLM does: the workspace of the largest step the scheduler can
+  // make is allocated now, and it and the weights stay outside the KV budget.
+  model.ReserveWorkspace(max_num_batched_tokens, max_num_seqs);
+  o.non_kv_bytes = model.WeightBytesPerToken() + model.workspace_bytes();
   // On the CPU, never take more than the sequences the engine could run at once.
   o.max_kv_tokens = max_num_seqs * o.max_model_len;
   c.kv = ComputeKVCacheConfig(o);

@@ -29,7 +29,7 @@ struct ModelFlags {
   int64_t kv_recent_tokens = 0;
   int64_t kv_heavy_tokens = 0;
 
-  // Adds --model (required), --tokenizer, --dtype, --kv-cache-dtype, --block-size,
+  // Adds --model (default: the embedded pagoda-tiny, cli/default_model.h), --tokenizer, --dtype, --kv-cache-dtype, --block-size,
   // --max-model-len, --threads, and the quantized-KV options --kv-quant-group-size,
   // --kv-cache-dtype-skip-layers, --kv-sink-tokens, --kv-recent-tokens, --kv-heavy-tokens.
   void Add(CLI::App* app);
@@ -55,7 +55,9 @@ struct EngineFlags {
 
   void Add(CLI::App* app);
   // Sizes the KV cache (logging the "KV cache: ..." line on stderr) and fills the config.
-  EngineConfig MakeConfig(const ModelFlags& flags, const Model& model) const;
+  // Also sizes the model's workspace for the largest step (a dummy batch of
+  // --max-num-batched-tokens tokens), whose bytes count outside the KV budget.
+  EngineConfig MakeConfig(const ModelFlags& flags, Model& model) const;
 };
 
 // Parses "1,2,3" (spaces allowed) into ids; throws InvalidArgument naming `flag`.
