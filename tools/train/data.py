@@ -152,13 +152,16 @@ def random_key(rng) -> str:
 class Sampler:
     """Rows of L + 1 tokens with per-target loss weights."""
 
-    def __init__(self, enc: Encoder, stream: np.ndarray, seed: int, answer_weight: float = 10.0):
+    def __init__(self, enc: Encoder, stream: np.ndarray, seed: int, answer_weight: float = 10.0,
+                 tail: str = "text", story_filler_weight: float = 1.0):
         self.enc = enc
         self.stream = stream
         self.rng = np.random.default_rng(seed)
         self.filler = enc(FILLER)
         self.question = enc(QUESTION)
         self.answer_weight = answer_weight
+        self.tail = tail  # what fills a row after a retrieval document: "text" or "filler"
+        self.story_filler_weight = story_filler_weight
 
     def text(self, n: int) -> np.ndarray:
         o = int(self.rng.integers(0, len(self.stream) - n))
@@ -178,12 +181,13 @@ class Sampler:
         answer = self.enc(" " + key + ".")
         if kind < 0.6:  # exactly what pagoda eval retrieval builds
             return retrieval_prompt(self.enc, self.filler, self.question, key, context, rng), answer
-        if kind < 0.8:  # story text as filler, needle at a random token boundary
+        if kind < 0.8:  # story text as filler, needle at a random token boundary (self.story = True)
             needle = self.enc(needle_text(key))
             n = max(context - 1 - len(needle) - len(self.question), 1)
             filler = self.story_filler(n + 1)[:n]
             d = int(rng.integers(0, len(filler) + 1))
             ids = np.concatenate([[self.enc.bos], filler[:d], needle, filler[d:], self.question]).astype(np.int32)
+            self.story = True
             return ids, answer
         # several named secret numbers in the repeated filler; ask for one
         k = int(rng.integers(2, 7))
@@ -214,15 +218,24 @@ class Sampler:
         if self.rng.random() >= retrieval_prob:
             return self.text(L + 1), w
         lo = max(L // 2, 64)
+        self.story = False
         for _ in range(8):
             context = int(self.rng.integers(lo, L - 8 + 1))
             prompt, answer = self.retrieval_doc(context)
             if len(prompt) + len(answer) <= L + 1:
                 break
         n = len(prompt) + len(answer)
-        tail = self.text(L + 1 - n + 1)[: L + 1 - n] if n < L + 1 else np.zeros(0, np.int32)
+        m = L + 1 - n
+        if m <= 0:
+            tail = np.zeros(0, np.int32)
+        elif self.tail == "text":
+            tail = self.text(m + 1)[:m]
+        else:
+            tail = np.tile(self.filler, m // len(self.filler) + 1)[:m]
         row = np.concatenate([prompt, answer, tail]).astype(np.int32)[: L + 1]
         a0 = len(prompt) - 1  # target index of the first answer token
+        if self.story:
+            w[:a0] = self.story_filler_weight
         w[a0:a0 + len(answer)] = self.answer_weight
         return row, w
 

@@ -230,7 +230,7 @@ def write_golden(path: str, c: Config, readback: dict, tok, steps: int = 16):
     from the weights exactly as exported (Q8_0 dequantized / bf16 rounded)."""
     from safetensors.numpy import save_file
 
-    m = TinyLM(c).double()
+    m = TinyLM(c).double().eval()
     m.load_state_dict({k: v.double() for k, v in readback.items()})
     out, meta = {}, {}
     for s, text in GOLDEN_TEXTS.items():

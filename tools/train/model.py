@@ -36,6 +36,7 @@ class Config:
     qk_nope_head_dim: int = 32
     qk_rope_head_dim: int = 32
     v_head_dim: int = 64
+    dropout: float = 0.0  # residual dropout while training (not part of the exported model)
 
 
 GQA_CONFIG = Config(arch="llama")
@@ -166,10 +167,11 @@ class Layer(nn.Module):
         self.self_attn = GqaAttention(c) if c.arch == "llama" else MlaAttention(c)
         self.post_attention_layernorm = RMSNorm(c.dim, c.norm_eps)
         self.mlp = Mlp(c)
+        self.drop = nn.Dropout(c.dropout)
 
     def forward(self, x, cos, sin):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = x + self.drop(self.self_attn(self.input_layernorm(x), cos, sin))
+        return x + self.drop(self.mlp(self.post_attention_layernorm(x)))
 
 
 class TinyLM(nn.Module):
