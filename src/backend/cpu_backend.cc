@@ -131,6 +131,7 @@ std::shared_ptr<float> CpuBackend::Allocate(int64_t floats) {
 }
 
 std::unique_ptr<KVCache> CpuBackend::CreateKVCache(const KVStorageShape& shape) {
+  CheckKVCacheSupport(shape, KVCacheSupport{}, name());  // the CPU runs every format and policy
   return std::make_unique<KVStorage>(shape);
 }
 

@@ -1,6 +1,7 @@
 #include "kv/kv_format.h"
 
 #include <algorithm>
+#include <string>
 
 #include "core/error.h"
 
@@ -37,6 +38,36 @@ KVStorageShape ApplyKVCacheFormat(KVStorageShape s, KVCacheDType t, const KVQuan
   s.recent_tokens = o.recent_tokens;
   s.heavy_tokens = o.heavy_tokens;
   return s;
+}
+
+const char* KVQuantName(KVQuant q) {
+  switch (q) {
+    case KVQuant::kNone: return "none";
+    case KVQuant::kFp8E4M3: return "fp8_e4m3";
+    case KVQuant::kFp8E5M2: return "fp8_e5m2";
+    case KVQuant::kInt8: return "int8";
+    case KVQuant::kInt4: return "int4";
+    case KVQuant::kNvfp4: return "nvfp4";
+    case KVQuant::kKivi2: return "kivi2";
+  }
+  return "?";
+}
+
+void CheckKVCacheSupport(const KVStorageShape& s, const KVCacheSupport& support, std::string_view backend) {
+  auto refuse = [&](const std::string& what) {
+    ThrowUnsupported("the " + std::string(backend) + " backend's KV cache has no " + what);
+  };
+  if (std::find(support.wide_dtypes.begin(), support.wide_dtypes.end(), s.dtype) == support.wide_dtypes.end()) {
+    refuse(std::string(DTypeName(s.dtype)) + " elements (--kv-cache-dtype)");
+  }
+  if (s.quant != KVQuant::kNone &&
+      std::find(support.formats.begin(), support.formats.end(), s.quant) == support.formats.end()) {
+    refuse(std::string("--kv-cache-dtype ") + KVQuantName(s.quant));
+  }
+  if (!s.wide_layers.empty() && !support.skip_layers) refuse("--kv-cache-dtype-skip-layers");
+  if (s.sink_tokens > 0 && !support.sink_tokens) refuse("--kv-sink-tokens");
+  if (s.recent_tokens > 0 && !support.recent_tokens) refuse("--kv-recent-tokens");
+  if (s.heavy_tokens > 0 && !support.heavy_tokens) refuse("--kv-heavy-tokens");
 }
 
 }  // namespace pagoda

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
@@ -63,5 +64,25 @@ KVStorageShape ApplyKVCacheFormat(KVStorageShape base, KVCacheDType t, const KVQ
                                   bool mla = false);
 // The kernels' name for a quantized KVCacheDType (kNone for f32/bf16/f16).
 KVQuant KVQuantOf(KVCacheDType t);
+// The --kv-cache-dtype name of a KVQuant ("fp8_e4m3", ..., "kivi2"; "none").
+const char* KVQuantName(KVQuant q);
+
+// What a backend's KV cache can hold: the element types of wide arrays, the quantized
+// formats, and the mixed-precision policies. A backend checks a shape against it when it makes
+// a cache (CheckKVCacheSupport), so an unimplemented format or policy is refused up front,
+// by name, not met half-way through a step.
+struct KVCacheSupport {
+  std::vector<DType> wide_dtypes{DType::kF32, DType::kBF16, DType::kF16};
+  std::vector<KVQuant> formats{KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8,
+                               KVQuant::kInt4,    KVQuant::kNvfp4,   KVQuant::kKivi2};
+  bool skip_layers = true;    // --kv-cache-dtype-skip-layers
+  bool sink_tokens = true;    // --kv-sink-tokens
+  bool recent_tokens = true;  // --kv-recent-tokens
+  bool heavy_tokens = true;   // --kv-heavy-tokens
+  bool tensor_scales = true;  // checkpoint k_scale / v_scale
+};
+// Throws Unsupported naming `backend` and the first format or policy of `shape` that
+// `support` lacks (e.g. "the cuda backend has no --kv-sink-tokens ...").
+void CheckKVCacheSupport(const KVStorageShape& shape, const KVCacheSupport& support, std::string_view backend);
 
 }  // namespace pagoda
