@@ -48,6 +48,8 @@ class Model {
   virtual void ReserveWorkspace(int64_t max_tokens, int64_t max_logits) = 0;
   // Allocations the workspace has made so far (a warmed-up step adds none).
   int64_t workspace_allocations() const { return ws_.num_allocations(); }
+  // Bytes the workspace holds (activations of the largest step reserved so far).
+  int64_t workspace_bytes() const { return ws_.floats() * static_cast<int64_t>(sizeof(float)); }
 
   // Runs `step` on `backend` (the one the weights were prepared on) over `cache` (made by
   // it) and writes logits [step.num_logits(), vocab_size] f32 to `logits`.
