@@ -7,6 +7,10 @@
 #include "kv/kv_cache_config.h"
 #include "kv/kv_layout.h"
 
+#ifdef PAGODA_WITH_CUDA
+#include "backend/cuda_backend.h"
+#endif
+
 namespace pagoda::cli {
 
 void ModelFlags::Add(CLI::App* app) {
@@ -39,6 +43,9 @@ void ModelFlags::Add(CLI::App* app) {
   app->add_option("--block-size", block_size, "tokens per KV block (power of two, 1..256)")->capture_default_str();
   app->add_option("--max-model-len", max_model_len, "context length (default: the model's)");
   app->add_option("--threads", threads, "CPU threads (default: all cores)");
+  app->add_option("--device", device, "where the model runs: cpu | cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
 }
 
 std::unique_ptr<Model> ModelFlags::LoadModel() const {
@@ -46,6 +53,13 @@ std::unique_ptr<Model> ModelFlags::LoadModel() const {
   LoadOptions options;
   options.dtype = dtype;
   options.seed = seed_weights;
+  if (device == "cuda") {
+#ifdef PAGODA_WITH_CUDA
+    options.backend = &DefaultCudaBackend();
+#else
+    ThrowUnsupported("--device cuda: this pagoda was built without CUDA (configure with -DPAGODA_CUDA=ON)");
+#endif
+  }
   return pagoda::LoadModel(model, options);
 }
 

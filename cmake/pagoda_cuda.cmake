@@ -1,0 +1,40 @@
+# The CUDA backend (-DPAGODA_CUDA=ON): kernels/cuda/*.cu and backend/cuda_backend.cu in one
+# library, pagoda_cuda, that the CPU build never sees (pagoda_module's glob skips */cuda/* and
+# *.cu). Code for sm_90a (Hopper: H100/H200). GPU tests (tests/cuda/*_test.cc) carry the ctest
+# label `cuda`, which CI excludes; scripts/gpu-check runs them on the device machine.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 90a)
+endif()
+if(CCACHE_PROGRAM)
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+endif()
+enable_language(CUDA)
+# CMake 3.25 does not know that nvcc 13 takes C++20: teach it (the targets' CXX_STANDARD 20
+# becomes their CUDA standard).
+if(NOT "cuda_std_20" IN_LIST CMAKE_CUDA_COMPILE_FEATURES)
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_COMPILE_FEATURES cuda_std_20)
+  list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+endif()
+set(CMAKE_CUDA_STANDARD 20)
+find_package(CUDAToolkit REQUIRED)
+
+file(GLOB PAGODA_CUDA_SOURCES CONFIGURE_DEPENDS
+     ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda_backend.cu)
+add_library(pagoda_cuda STATIC ${PAGODA_CUDA_SOURCES})
+target_include_directories(pagoda_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(pagoda_cuda PUBLIC pagoda_backend CUDA::cudart_static CUDA::cublas)
+target_compile_options(pagoda_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--extended-lambda -Xcompiler=-Wall>)
+target_compile_definitions(pagoda_cuda PUBLIC PAGODA_WITH_CUDA=1)
+
+# `pagoda --device cuda`.
+target_link_libraries(pagoda PRIVATE pagoda_cuda)
+
+if(PAGODA_BUILD_TESTS)
+  file(GLOB PAGODA_CUDA_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/*_test.cc)
+  if(PAGODA_CUDA_TEST_SOURCES)
+    pagoda_test(cuda SOURCES ${PAGODA_CUDA_TEST_SOURCES} tests/test_util.cc
+                DEPS pagoda_cuda pagoda_engine pagoda_eval LABELS cuda)
+  endif()
+endif()

@@ -1,0 +1,603 @@
+#include "backend/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "kernels/cpu/moe.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_write.h"
+#include "kernels/cuda/mla_attention.h"
+#include "kernels/cuda/norm.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/rope.h"
+
+namespace pagoda {
+namespace {
+
+std::shared_ptr<void> DeviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  PAGODA_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
+  // A deleter must not throw; at process exit the runtime may already be gone.
+  return std::shared_ptr<void>(p, [](void* q) { (void)cudaFree(q); });
+}
+
+// A device buffer that only grows (a warmed-up step allocates nothing from it).
+struct DeviceScratch {
+  std::shared_ptr<void> ptr;
+  size_t bytes = 0;
+  template <typename T>
+  T* Get(int64_t n) {
+    const size_t need = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T);
+    if (need > bytes) {
+      ptr.reset();
+      ptr = DeviceAlloc(need);
+      bytes = need;
+    }
+    return static_cast<T*>(ptr.get());
+  }
+  template <typename T>
+  T* Upload(const T* host, int64_t n) {
+    T* d = Get<T>(n);
+    if (n > 0) PAGODA_CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+  }
+};
+
+// A prepared weight: f32 [rows, cols] row-major on the device.
+struct CudaWeight {
+  std::shared_ptr<void> data;
+  int64_t rows = 0, cols = 0;
+  const float* f32() const { return static_cast<const float*>(data.get()); }
+};
+
+const CudaWeight& Impl(const Weight& w) {
+  PAGODA_CHECK(w.impl != nullptr) << "CudaBackend: a weight not prepared by the CUDA backend";
+  return *static_cast<const CudaWeight*>(w.impl.get());
+}
+
+struct CudaMoe {
+  std::vector<float> score_bias;  // host copy for the host-side routing
+};
+
+int64_t ElementBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// Per layer, a K and a V array of blocks [num_blocks, block_size, width] in shape.dtype.
+class CudaKVCache : public KVCache {
+ public:
+  explicit CudaKVCache(const KVStorageShape& s) : shape_(s) {
+    k_width_ = s.num_kv_heads * s.head_dim;
+    v_width_ = s.num_kv_heads * (s.head_dim_v > 0 ? s.head_dim_v : s.head_dim);
+    for (int64_t l = 0; l < s.num_layers; ++l) {
+      k_.push_back(DeviceAlloc(k_block_bytes() * s.num_blocks));
+      v_.push_back(DeviceAlloc(v_block_bytes() * s.num_blocks));
+    }
+  }
+  const KVStorageShape& shape() const override { return shape_; }
+  int64_t bytes() const override { return shape_.num_layers * shape_.num_blocks * (k_block_bytes() + v_block_bytes()); }
+  int64_t side_bytes() const override { return 0; }
+  // Only quantized formats use per-tensor scales, and those are refused at creation.
+  void SetTensorScales(int64_t, float, float) override {}
+
+  void* k(int64_t l) const { return k_[l].get(); }
+  void* v(int64_t l) const { return v_[l].get(); }
+  int64_t k_width() const { return k_width_; }
+  int64_t v_width() const { return v_width_; }
+  int64_t k_block_bytes() const { return shape_.block_size * k_width_ * ElementBytes(shape_.dtype); }
+  int64_t v_block_bytes() const { return shape_.block_size * v_width_ * ElementBytes(shape_.dtype); }
+
+ private:
+  KVStorageShape shape_;
+  int64_t k_width_ = 0, v_width_ = 0;
+  std::vector<std::shared_ptr<void>> k_, v_;
+};
+
+CudaKVCache& Cache(KVCache& cache) {
+  auto* c = dynamic_cast<CudaKVCache*>(&cache);
+  PAGODA_CHECK(c != nullptr) << "the KV cache was not made by the CUDA backend";
+  return *c;
+}
+
+bool IsDevicePointer(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+void CheckF32(const TensorView& v, const char* what) {
+  PAGODA_CHECK(v.dtype == DType::kF32) << "CudaBackend: " << what << " is not f32";
+}
+
+}  // namespace
+
+struct CudaBackend::State {
+  int device = 0;
+  cublasHandle_t cublas = nullptr;
+  cudaStream_t stream = nullptr;  // the legacy default stream: synchronous copies order with it
+
+  // The current step, uploaded.
+  const StepDescription* step = nullptr;
+  DeviceScratch token_ids, positions, slots, block_table, token_tables, logits_index;
+  std::vector<const int32_t*> host_token_tables;
+
+  DeviceScratch staging;  // MatMul outputs that live on the host
+
+  struct RopeEntry {
+    std::vector<double> inv_freq;
+    DeviceScratch device;
+  };
+  std::vector<RopeEntry> ropes;
+
+  // MoE scratch (host routing).
+  DeviceScratch moe_logits, moe_x, moe_gate, moe_up, moe_y, moe_out, moe_rows, moe_dest, moe_weights;
+  std::vector<float> host_logits, host_weights;
+  std::vector<int32_t> host_ids, host_rows, host_dest;
+  std::vector<int64_t> starts, fill;
+
+  // Preparation statistics since the last LogPrepared.
+  int64_t num_uploaded = 0, num_dequantized = 0, uploaded_bytes = 0;
+  std::string dequantized_types;
+
+  void Gemm(const CudaWeight& w, const TensorView& x, float* y, int64_t y_stride, float beta) {
+    PAGODA_CHECK(x.cols == w.cols) << "CudaBackend::MatMul: x has " << x.cols << " columns, W " << w.cols;
+    cuda::GemmF32(cublas, x.f32(), x.row_stride, x.rows, w.f32(), w.rows, w.cols, y, y_stride, beta);
+  }
+  // y = down(silu(gate x) * up x) over x [m, dim] -> y [m, dim] contiguous.
+  void SwiGlu(const Weight& gate, const Weight& up, const Weight& down, const TensorView& x, float* y) {
+    const CudaWeight &g = Impl(gate), &u = Impl(up), &d = Impl(down);
+    const int64_t m = x.rows, ffn = g.rows;
+    float* gb = moe_gate.Get<float>(m * ffn);
+    float* ub = moe_up.Get<float>(m * ffn);
+    Gemm(g, x, gb, ffn, 0.0f);
+    Gemm(u, x, ub, ffn, 0.0f);
+    cuda::SiluMulRows(gb, ffn, ub, ffn, gb, ffn, m, ffn, stream);
+    Gemm(d, TensorView::F32(gb, m, ffn, Device::kCuda), y, d.rows, 0.0f);
+  }
+};
+
+CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    ThrowUnsupported(std::string("no CUDA device: ") +
+                     (e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount found none") +
+                     " (--device cuda needs an NVIDIA GPU and its driver)");
+  }
+  PAGODA_ENSURE(device >= 0 && device < count, ErrorCode::kInvalidArgument,
+                "CUDA device " << device << " does not exist (" << count << " found)");
+  s_->device = device;
+  PAGODA_CUDA_CHECK(cudaSetDevice(device));
+  PAGODA_CUDA_CHECK(cublasCreate(&s_->cublas));
+  // FP32 products stay FP32: no TF32 tensor-core rounding (the f32 goldens need it).
+  PAGODA_CUDA_CHECK(cublasSetMathMode(s_->cublas, CUBLAS_DEFAULT_MATH));
+  PAGODA_CUDA_CHECK(cublasSetStream(s_->cublas, s_->stream));
+  PAGODA_LOG(kInfo) << "CUDA backend on " << DeviceSummary();
+}
+
+CudaBackend::~CudaBackend() {
+  if (s_ && s_->cublas != nullptr) (void)cublasDestroy(s_->cublas);
+}
+
+CudaBackend& DefaultCudaBackend() {
+  static CudaBackend backend;  // a throwing constructor leaves it unmade: the next call retries
+  return backend;
+}
+
+std::string CudaBackend::DeviceSummary() const {
+  cudaDeviceProp prop{};
+  PAGODA_CUDA_CHECK(cudaGetDeviceProperties(&prop, s_->device));
+  std::ostringstream o;
+  o << prop.name << " (sm_" << prop.major << prop.minor << ", " << prop.multiProcessorCount << " SMs, "
+    << prop.totalGlobalMem / (1 << 20) << " MiB)";
+  return o.str();
+}
+
+// ---- preparation ----
+
+Weight CudaBackend::PrepareWeight(const WeightMatrix& w, WeightLayout) {
+  Weight out;
+  out.dtype = w.dtype;
+  out.rows = w.rows;
+  out.cols = w.cols;
+  if (w.rows == 0) return out;
+  auto p = std::make_shared<CudaWeight>();
+  p->rows = w.rows;
+  p->cols = w.cols;
+  std::vector<float> host(static_cast<size_t>(w.rows * w.cols));
+  const bool quantized = DTypeIsQuantized(w.dtype);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    float* row = host.data() + r * w.cols;
+    DequantizeRow(w.dtype, w.row(r), row, w.cols);
+    if (quantized) {
+      for (int64_t i = 0; i < w.cols; ++i) row[i] = Bf16ToF32(F32ToBf16(row[i]));
+    }
+  }
+  if (quantized) {
+    ++s_->num_dequantized;
+    const std::string name(DTypeName(w.dtype));
+    if (s_->dequantized_types.find(name) == std::string::npos) {
+      s_->dequantized_types += (s_->dequantized_types.empty() ? "" : ", ") + name;
+    }
+  }
+  p->data = DeviceAlloc(host.size() * sizeof(float));
+  PAGODA_CUDA_CHECK(cudaMemcpy(p->data.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  ++s_->num_uploaded;
+  s_->uploaded_bytes += static_cast<int64_t>(host.size() * sizeof(float));
+  out.impl = std::move(p);
+  return out;
+}
+
+Weight CudaBackend::PrepareStacked(std::span<const WeightMatrix>, StackOrder) { return Weight{}; }
+
+void CudaBackend::PrepareMoe(MoeLayer* layer) {
+  auto m = std::make_shared<CudaMoe>();
+  if (!layer->score_bias.empty()) {
+    const TensorView& v = layer->score_bias.view;
+    m->score_bias.resize(v.cols);
+    PAGODA_CUDA_CHECK(cudaMemcpy(m->score_bias.data(), v.data, v.cols * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  layer->impl = std::move(m);
+}
+
+PreparedVector CudaBackend::PrepareVector(std::span<const float> v) {
+  PreparedVector out;
+  auto owner = DeviceAlloc(v.size() * sizeof(float));
+  if (!v.empty()) PAGODA_CUDA_CHECK(cudaMemcpy(owner.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+  out.view = TensorView::F32(static_cast<float*>(owner.get()), 1, static_cast<int64_t>(v.size()), Device::kCuda);
+  out.owner = std::move(owner);
+  return out;
+}
+
+void CudaBackend::LogPrepared(std::string_view model_name) {
+  if (s_->num_uploaded > 0) {
+    PAGODA_LOG(kInfo) << model_name << ": uploaded " << s_->num_uploaded << " weight matrices to the GPU as f32 ("
+                      << s_->uploaded_bytes / (1 << 20) << " MiB; FP32 cuBLAS GEMMs, no TF32)";
+  }
+  if (s_->num_dequantized > 0) {
+    PAGODA_LOG(kInfo) << model_name << ": " << s_->num_dequantized << " quantized matrices ("
+                      << s_->dequantized_types << ") dequantized to bf16 at load for the CUDA backend";
+  }
+  s_->num_uploaded = s_->num_dequantized = s_->uploaded_bytes = 0;
+  s_->dequantized_types.clear();
+}
+
+// ---- memory ----
+
+std::shared_ptr<float> CudaBackend::Allocate(int64_t floats) {
+  std::shared_ptr<void> p = DeviceAlloc(static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float));
+  return std::shared_ptr<float>(p, static_cast<float*>(p.get()));
+}
+
+std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape) {
+  KVCacheSupport support;
+  support.wide_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  support.formats = {};  // fp8/int8/int4/nvfp4/kivi2: not on the GPU yet
+  support.skip_layers = support.sink_tokens = support.recent_tokens = support.heavy_tokens = false;
+  support.tensor_scales = false;
+  CheckKVCacheSupport(shape, support, name());
+  return std::make_unique<CudaKVCache>(shape);
+}
+
+void CudaBackend::CopyBlock(KVCache& cache, int32_t src, int32_t dst) {
+  CudaKVCache& c = Cache(cache);
+  PAGODA_CHECK(src >= 0 && dst >= 0 && src < c.shape().num_blocks && dst < c.shape().num_blocks)
+      << "CopyBlock " << src << " -> " << dst;
+  for (int64_t l = 0; l < c.shape().num_layers; ++l) {
+    auto* k = static_cast<char*>(c.k(l));
+    auto* v = static_cast<char*>(c.v(l));
+    PAGODA_CUDA_CHECK(cudaMemcpyAsync(k + dst * c.k_block_bytes(), k + src * c.k_block_bytes(), c.k_block_bytes(),
+                                      cudaMemcpyDeviceToDevice, s_->stream));
+    PAGODA_CUDA_CHECK(cudaMemcpyAsync(v + dst * c.v_block_bytes(), v + src * c.v_block_bytes(), c.v_block_bytes(),
+                                      cudaMemcpyDeviceToDevice, s_->stream));
+  }
+}
+
+// ---- one step ----
+
+void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
+  PAGODA_CHECK(step.block_size == cache.shape().block_size)
+      << "step made for block size " << step.block_size << ", cache has " << cache.shape().block_size;
+  State& s = *s_;
+  s.step = &step;
+  const int64_t n = step.num_tokens();
+  s.token_ids.Upload(step.token_ids.data(), n);
+  s.positions.Upload(step.positions.data(), n);
+  s.slots.Upload(step.slot_mapping.data(), n);
+  const int32_t* table = s.block_table.Upload(step.block_table.data(), static_cast<int64_t>(step.block_table.size()));
+  s.host_token_tables.resize(n);
+  for (int64_t seq = 0; seq < step.num_seqs(); ++seq) {
+    for (int32_t t = step.query_start_loc[seq]; t < step.query_start_loc[seq + 1]; ++t) {
+      s.host_token_tables[t] = table + seq * step.max_blocks_per_seq;
+    }
+  }
+  s.token_tables.Upload(s.host_token_tables.data(), n);
+  s.logits_index.Upload(step.logits_indices.data(), step.num_logits());
+}
+
+void CudaBackend::Embedding(const Weight& table, const TensorView& out) {
+  CheckF32(out, "embedding output");
+  PAGODA_CHECK(s_->step != nullptr) << "CudaBackend: an op before BeginStep";
+  const StepDescription& step = *s_->step;
+  const CudaWeight& w = Impl(table);
+  PAGODA_CHECK(out.cols == w.cols) << "Embedding: table rows of " << w.cols << " values, output of " << out.cols;
+  for (int32_t id : step.token_ids) {
+    PAGODA_ENSURE(id >= 0 && id < w.rows, ErrorCode::kInvalidArgument,
+                  "token id " << id << " is outside the vocabulary (size " << w.rows << ")");
+  }
+  cuda::GatherRows(w.f32(), w.cols, s_->token_ids.Get<int32_t>(0), step.num_tokens(), out.cols, out.f32(),
+                   out.row_stride, s_->stream);
+}
+
+void CudaBackend::MatMul(const Weight& weight, const TensorView& x, const TensorView& y, const Epilogue& ep) {
+  CheckF32(x, "MatMul input");
+  const CudaWeight& w = Impl(weight);
+  switch (ep.kind) {
+    case Epilogue::Kind::kNone:
+      if (IsDevicePointer(y.data)) {
+        s_->Gemm(w, x, y.f32(), y.row_stride, 0.0f);
+      } else {  // host rows (the logits the engine hands in): through device scratch
+        float* d = s_->staging.Get<float>(x.rows * w.rows);
+        s_->Gemm(w, x, d, w.rows, 0.0f);
+        PAGODA_CUDA_CHECK(cudaMemcpy2D(y.data, y.row_stride * sizeof(float), d, w.rows * sizeof(float),
+                                       w.rows * sizeof(float), x.rows, cudaMemcpyDeviceToHost));
+      }
+      return;
+    case Epilogue::Kind::kAddTo:
+      s_->Gemm(w, x, ep.out.f32(), ep.out.row_stride, 1.0f);
+      return;
+    case Epilogue::Kind::kSiluMulPairs:
+      s_->Gemm(w, x, y.f32(), y.row_stride, 0.0f);
+      cuda::SiluMulPairs16(y.f32(), y.row_stride, ep.out.f32(), ep.out.row_stride, x.rows, w.rows / 2, s_->stream);
+      return;
+  }
+}
+
+void CudaBackend::RmsNorm(const TensorView& x, const TensorView& weight, double eps, const TensorView& y) {
+  CheckF32(x, "RmsNorm input");
+  RmsNormParams p;
+  p.x = x.f32();
+  p.weight = weight.f32();
+  p.y = y.f32();
+  p.rows = x.rows;
+  p.cols = x.cols;
+  p.x_stride = x.row_stride;
+  p.y_stride = y.row_stride;
+  p.eps = eps;
+  cuda::RmsNorm(p, s_->stream);
+}
+
+void CudaBackend::AddBias(const TensorView& bias, const TensorView& x) {
+  cuda::AddBiasRows(bias.f32(), x.f32(), x.row_stride, x.rows, x.cols, s_->stream);
+}
+
+void CudaBackend::Add(const TensorView& y, const TensorView& x) {
+  cuda::AddRows(y.f32(), y.row_stride, x.f32(), x.row_stride, x.rows, x.cols, s_->stream);
+}
+
+void CudaBackend::SiluMul(const TensorView& gate, const TensorView& up, const TensorView& out) {
+  cuda::SiluMulRows(gate.f32(), gate.row_stride, up.f32(), up.row_stride, out.f32(), out.row_stride, out.rows,
+                    out.cols, s_->stream);
+}
+
+void CudaBackend::Copy(const TensorView& src, const TensorView& dst) {
+  PAGODA_CHECK(src.rows == dst.rows && src.cols == dst.cols) << "CudaBackend::Copy: shapes differ";
+  cuda::CopyRows(src.f32(), src.row_stride, dst.f32(), dst.row_stride, src.rows, src.cols, s_->stream);
+}
+
+void CudaBackend::GatherLogitRows(const TensorView& x, const TensorView& out) {
+  PAGODA_CHECK(s_->step != nullptr) << "CudaBackend: an op before BeginStep";
+  for (int32_t t : s_->step->logits_indices) PAGODA_CHECK(t >= 0 && t < x.rows) << "logits index " << t;
+  cuda::GatherRows(x.f32(), x.row_stride, s_->logits_index.Get<int32_t>(0), s_->step->num_logits(), x.cols,
+                   out.f32(), out.row_stride, s_->stream);
+}
+
+void CudaBackend::Rope(const RopeParams& rope, const TensorView& x, int64_t num_heads, int64_t head_stride,
+                       int64_t offset) {
+  PAGODA_CHECK(s_->step != nullptr) << "CudaBackend: an op before BeginStep";
+  // inv_freq on the device, uploaded once per distinct table.
+  State::RopeEntry* entry = nullptr;
+  for (State::RopeEntry& e : s_->ropes) {
+    if (e.inv_freq == rope.inv_freq) entry = &e;
+  }
+  if (entry == nullptr) {
+    entry = &s_->ropes.emplace_back();
+    entry->inv_freq = rope.inv_freq;
+    entry->device.Upload(rope.inv_freq.data(), static_cast<int64_t>(rope.inv_freq.size()));
+  }
+  RopeApplyParams p;
+  p.x = x.f32();
+  p.positions = s_->positions.Get<int32_t>(0);
+  p.inv_freq = entry->device.Get<double>(0);
+  p.num_tokens = x.rows;
+  p.num_heads = num_heads;
+  p.head_stride = head_stride;
+  p.row_stride = x.row_stride;
+  p.offset = offset;
+  p.dim = rope.dim;
+  p.interleaved = rope.interleaved;
+  p.magnitude = rope.magnitude;
+  cuda::ApplyRope(p, s_->stream);
+}
+
+void CudaBackend::WriteKV(KVCache& cache, int64_t layer, const TensorView& k, const TensorView& v) {
+  CudaKVCache& c = Cache(cache);
+  PAGODA_CHECK(k.cols == c.k_width() && v.cols == c.v_width())
+      << "WriteKV: rows of " << k.cols << "/" << v.cols << " values, cache holds " << c.k_width() << "/" << c.v_width();
+  KVWriteParams p;
+  p.k = k.f32();
+  p.v = v.f32();
+  p.slot_mapping = s_->slots.Get<int64_t>(0);
+  p.num_tokens = k.rows;
+  p.k_width = k.cols;
+  p.v_width = v.cols;
+  p.k_stride = k.row_stride;
+  p.v_stride = v.row_stride;
+  p.k_cache = c.k(layer);
+  p.v_cache = c.v(layer);
+  p.dtype = c.shape().dtype;
+  cuda::WriteKV(p, s_->stream);
+}
+
+void CudaBackend::ObserveQueries(KVCache&, int64_t, const TensorView&, int64_t, float) {
+  // Only the query-aware policy (--kv-heavy-tokens) observes queries; it is refused here.
+}
+
+void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionLayer& a, const TensorView& q,
+                                 const TensorView& out) {
+  PAGODA_CHECK(q.contiguous() && out.contiguous()) << "CudaBackend::PagedAttention: q and out must be contiguous";
+  CudaKVCache& c = Cache(cache);
+  PAGODA_CHECK(a.num_kv_heads == c.shape().num_kv_heads && a.head_dim == c.shape().head_dim)
+      << "PagedAttention: layer heads do not match the cache";
+  PagedAttentionParams p;
+  p.q = q.f32();
+  p.out = out.f32();
+  p.num_tokens = q.rows;
+  p.num_heads = a.num_heads;
+  p.num_kv_heads = a.num_kv_heads;
+  p.head_dim = a.head_dim;
+  p.k_cache = c.k(layer);
+  p.v_cache = c.v(layer);
+  p.kv_dtype = c.shape().dtype;
+  p.block_size = c.shape().block_size;
+  p.positions = s_->positions.Get<int32_t>(0);
+  p.block_tables = s_->token_tables.Get<const int32_t*>(0);
+  p.scale = a.scale;
+  p.sliding_window = a.sliding_window;
+  cuda::PagedAttention(p, s_->stream);
+}
+
+void CudaBackend::MlaAttention(KVCache& cache, int64_t layer, int64_t num_heads, float scale, const TensorView& q,
+                               const TensorView& out) {
+  PAGODA_CHECK(q.contiguous() && out.contiguous()) << "CudaBackend::MlaAttention: q and out must be contiguous";
+  CudaKVCache& c = Cache(cache);
+  const KVStorageShape& cs = c.shape();
+  PAGODA_CHECK(cs.num_kv_heads == 1) << "MlaAttention: the cache was not made for MLA";
+  MlaAttentionParams p;
+  p.q = q.f32();
+  p.out = out.f32();
+  p.num_tokens = q.rows;
+  p.num_heads = num_heads;
+  p.kv_lora_rank = cs.head_dim;
+  p.rope_dim = cs.head_dim_v;
+  p.latent_cache = c.k(layer);
+  p.rope_cache = c.v(layer);
+  p.kv_dtype = cs.dtype;
+  p.block_size = cs.block_size;
+  p.positions = s_->positions.Get<int32_t>(0);
+  p.block_tables = s_->token_tables.Get<const int32_t*>(0);
+  p.scale = scale;
+  cuda::MlaAttention(p, s_->stream);
+}
+
+void CudaBackend::Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorView& x, const TensorView& y) {
+  PAGODA_CHECK(layer.impl != nullptr) << "CudaBackend::Moe: the layer was not prepared (PrepareMoe)";
+  PAGODA_CHECK(x.contiguous() && y.contiguous()) << "CudaBackend::Moe: x and y must be contiguous";
+  const auto& moe = *static_cast<const CudaMoe*>(layer.impl.get());
+  State& s = *s_;
+  const int64_t n = x.rows, dim = x.cols, ne = spec.num_experts, k = spec.num_experts_per_tok;
+  PAGODA_CHECK(static_cast<int64_t>(layer.gate.size()) == ne) << "MoE weights for " << layer.gate.size() << " experts";
+  if (n == 0) return;
+  // The router on the device, the routing decision on the host (kernels/cpu/moe.cc's).
+  float* logits = s.moe_logits.Get<float>(n * ne);
+  s.Gemm(Impl(layer.router), x, logits, ne, 0.0f);
+  s.host_logits.resize(n * ne);
+  PAGODA_CUDA_CHECK(cudaMemcpy(s.host_logits.data(), logits, n * ne * sizeof(float), cudaMemcpyDeviceToHost));
+  s.host_ids.resize(n * k);
+  s.host_weights.resize(n * k);
+  RouteTokens(spec, moe.score_bias, s.host_logits.data(), n, s.host_ids.data(), s.host_weights.data());
+
+  // (token, slot) pairs grouped per expert (a counting sort, as on the CPU).
+  s.starts.assign(ne + 1, 0);
+  for (int64_t i = 0; i < n * k; ++i) ++s.starts[s.host_ids[i] + 1];
+  for (int64_t e = 0; e < ne; ++e) s.starts[e + 1] += s.starts[e];
+  s.fill.assign(s.starts.begin(), s.starts.end() - 1);
+  s.host_rows.resize(n * k);
+  s.host_dest.resize(n * k);
+  for (int64_t i = 0; i < n * k; ++i) {
+    const int64_t at = s.fill[s.host_ids[i]]++;
+    s.host_rows[at] = static_cast<int32_t>(i / k);
+    s.host_dest[at] = static_cast<int32_t>(i);
+  }
+  const int32_t* rows = s.moe_rows.Upload(s.host_rows.data(), n * k);
+  const int32_t* dest = s.moe_dest.Upload(s.host_dest.data(), n * k);
+  const float* weights = s.moe_weights.Upload(s.host_weights.data(), n * k);
+
+  float* routed = s.moe_out.Get<float>(n * k * dim);  // [n * k, dim]: output of slot (t, j)
+  for (int64_t e = 0; e < ne; ++e) {
+    const int64_t m = s.starts[e + 1] - s.starts[e];
+    if (m == 0) continue;
+    float* xe = s.moe_x.Get<float>(m * dim);
+    float* ye = s.moe_y.Get<float>(m * dim);
+    cuda::GatherRows(x.f32(), dim, rows + s.starts[e], m, dim, xe, dim, s.stream);
+    s.SwiGlu(layer.gate[e], layer.up[e], layer.down[e], TensorView::F32(xe, m, dim, Device::kCuda), ye);
+    cuda::ScatterRows(ye, dim, dest + s.starts[e], m, dim, routed, dim, s.stream);
+  }
+  if (layer.shared_gate.empty()) {
+    cuda::FillRows(y.f32(), y.row_stride, n, dim, 0.0f, s.stream);
+  } else {
+    s.SwiGlu(layer.shared_gate, layer.shared_up, layer.shared_down, x, y.f32());
+  }
+  cuda::MoeCombine(routed, weights, n, k, dim, y.f32(), y.row_stride, s.stream);
+}
+
+void CudaBackend::CopyToHost(const TensorView& src, float* dst) {
+  if (src.rows == 0 || src.cols == 0) return;
+  PAGODA_CUDA_CHECK(cudaMemcpy2D(dst, src.cols * sizeof(float), src.data, src.row_stride * sizeof(float),
+                                 src.cols * sizeof(float), src.rows, cudaMemcpyDeviceToHost));
+}
+
+// The logits as host rows: `logits` itself when it is host memory, else a copy.
+static TensorView HostRows(const TensorView& logits, std::vector<float>* copy) {
+  if (!IsDevicePointer(logits.data)) {
+    TensorView v = logits;
+    v.device = Device::kCpu;  // host memory, whatever the caller's view said
+    return v;
+  }
+  copy->resize(static_cast<size_t>(logits.rows * logits.cols));
+  if (!copy->empty()) {
+    PAGODA_CUDA_CHECK(cudaMemcpy2D(copy->data(), logits.cols * sizeof(float), logits.data,
+                                   logits.row_stride * sizeof(float), logits.cols * sizeof(float), logits.rows,
+                                   cudaMemcpyDeviceToHost));
+  }
+  return TensorView::F32(copy->data(), logits.rows, logits.cols);
+}
+
+std::unique_ptr<SamplerState> CudaBackend::CreateSampler(const SamplingParams& params) {
+  return DefaultCpuBackend().CreateSampler(params);
+}
+
+void CudaBackend::Sample(const TensorView& logits, std::span<SampleRow> rows) {
+  std::vector<float> copy;
+  DefaultCpuBackend().Sample(HostRows(logits, &copy), rows);
+}
+
+void CudaBackend::Logprobs(const TensorView& logits, std::span<const int32_t> tokens, int64_t k,
+                           std::span<TokenLogprobs> out) {
+  std::vector<float> copy;
+  DefaultCpuBackend().Logprobs(HostRows(logits, &copy), tokens, k, out);
+}
+
+void CudaBackend::Upload(const float* src, const TensorView& dst) {
+  if (dst.rows == 0 || dst.cols == 0) return;
+  PAGODA_CUDA_CHECK(cudaMemcpy2D(dst.data, dst.row_stride * sizeof(float), src, dst.cols * sizeof(float),
+                                 dst.cols * sizeof(float), dst.rows, cudaMemcpyHostToDevice));
+}
+
+void CudaBackend::Fill(const TensorView& dst, float value) {
+  cuda::FillRows(dst.f32(), dst.row_stride, dst.rows, dst.cols, value, s_->stream);
+}
+
+void CudaBackend::Synchronize() { PAGODA_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+}  // namespace pagoda

@@ -1,0 +1,421 @@
+// Every CUDA backend op against the CPU backend (the reference implementation, itself tested
+// against the float64 references in kernels/ref) on fresh random inputs: odd lengths, block
+// sizes 16 and 32, GQA ratios 1/4/8, head dims 64 and 128, MLA's shapes, f32/bf16/f16 weights
+// and f32/bf16 KV caches. Outputs are poisoned with NaN first, so an unwritten value fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "backend/cpu_backend.h"
+#include "backend/cuda_backend.h"
+#include "core/dtype.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace pagoda {
+namespace {
+
+using testing::DeviceArena;
+using testing::Gpu;
+using testing::kF32Tolerance;
+using testing::RandomVector;
+using testing::RelativeError;
+
+// A weight matrix in `dtype` made from f32 values (kept alive by `bytes`).
+WeightMatrix MakeWeight(DType dtype, int64_t rows, int64_t cols, const std::vector<float>& values,
+                        std::vector<uint8_t>* bytes) {
+  WeightMatrix w;
+  w.dtype = dtype;
+  w.rows = rows;
+  w.cols = cols;
+  w.row_bytes = DTypeRowBytes(dtype, cols);
+  bytes->resize(static_cast<size_t>(rows * w.row_bytes));
+  for (int64_t r = 0; r < rows; ++r) QuantizeRow(dtype, values.data() + r * cols, bytes->data() + r * w.row_bytes, cols);
+  w.data = bytes->data();
+  return w;
+}
+
+// A step of sequences given as (tokens already cached, new tokens), with scrambled block ids.
+struct StepCase {
+  StepBuilder builder;
+  std::vector<std::vector<int32_t>> tables;
+  int64_t num_blocks = 0;
+};
+
+// Block tables for sequences of the given total lengths, block ids shuffled over the pool.
+void MakeTables(const std::vector<int64_t>& lengths, int64_t block_size, uint32_t seed, StepCase* c) {
+  int64_t total = 0;
+  for (int64_t n : lengths) total += (n + block_size - 1) / block_size;
+  c->num_blocks = total + 3;  // a few blocks nobody uses
+  std::vector<int32_t> ids(c->num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+  int64_t next = 0;
+  c->tables.clear();
+  for (int64_t n : lengths) {
+    std::vector<int32_t> t;
+    for (int64_t b = 0; b < (n + block_size - 1) / block_size; ++b) t.push_back(ids[next++]);
+    c->tables.push_back(t);
+  }
+}
+
+// One step: sequence s gets tokens [first[s], first[s] + count[s]) of a dummy token list.
+const StepDescription& BuildStep(StepCase* c, int64_t block_size, const std::vector<int64_t>& first,
+                                 const std::vector<int64_t>& count, int32_t vocab) {
+  c->builder.Reset(block_size);
+  for (size_t s = 0; s < first.size(); ++s) {
+    std::vector<int32_t> tokens(first[s] + count[s]);
+    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7919 + s * 31) % vocab);
+    const int64_t index = c->builder.AddSequence(tokens, first[s], count[s], c->tables[s]);
+    c->builder.AddLogits(index + count[s] - 1);
+  }
+  return c->builder.Finish();
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gpu_ = Gpu();
+    ASSERT_NE(gpu_, nullptr) << "no CUDA device (see above)";  // fatal: the body does not run
+    arena_ = std::make_unique<DeviceArena>(*gpu_);
+  }
+  Backend& cpu_ = DefaultCpuBackend();
+  CudaBackend* gpu_ = nullptr;
+  std::unique_ptr<DeviceArena> arena_;
+};
+
+TEST_F(CudaOpsTest, MatMulMatchesCpuForEveryWeightDtypeAndEpilogue) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0}) {
+    for (int64_t n : {1, 7, 33}) {
+      SCOPED_TRACE(std::string(DTypeName(dtype)) + " n=" + std::to_string(n));
+      const int64_t rows = 45, cols = 96;
+      std::vector<uint8_t> bytes;
+      const WeightMatrix wm = MakeWeight(dtype, rows, cols, RandomVector(rows * cols, 1 + n), &bytes);
+      const Weight wc = cpu_.PrepareWeight(wm), wg = gpu_->PrepareWeight(wm);
+      const auto x = RandomVector(n * cols, 2 + n), base = RandomVector(n * rows, 3 + n);
+      const double tol = DTypeIsQuantized(dtype) ? testing::kBf16WeightTolerance : kF32Tolerance;
+      // y = x W^T, on the device and into host memory (the logits path).
+      std::vector<float> y_cpu(n * rows), y_host(n * rows, std::nanf(""));
+      std::vector<float> xc = x;
+      cpu_.MatMul(wc, TensorView::F32(xc.data(), n, cols), TensorView::F32(y_cpu.data(), n, rows));
+      const TensorView xg = arena_->Make(n, cols, x), yg = arena_->Make(n, rows);
+      gpu_->MatMul(wg, xg, yg);
+      EXPECT_LE(RelativeError(arena_->Read(yg), y_cpu), tol);
+      gpu_->MatMul(wg, xg, TensorView::F32(y_host.data(), n, rows, Device::kCuda));
+      EXPECT_LE(RelativeError(y_host, y_cpu), tol);
+      // kAddTo: out += x W^T.
+      std::vector<float> out_cpu = base, scratch(n * rows);
+      cpu_.MatMul(wc, TensorView::F32(xc.data(), n, cols), TensorView::F32(scratch.data(), n, rows),
+                  {Epilogue::Kind::kAddTo, TensorView::F32(out_cpu.data(), n, rows)});
+      const TensorView out_g = arena_->Make(n, rows, base), scratch_g = arena_->Make(n, rows);
+      gpu_->MatMul(wg, xg, scratch_g, {Epilogue::Kind::kAddTo, out_g});
+      EXPECT_LE(RelativeError(arena_->Read(out_g), out_cpu), tol);
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, RowOpsMatchCpu) {
+  const int64_t n = 13, dim = 75;
+  const auto x = RandomVector(n * dim, 10), y = RandomVector(n * dim, 11), w = RandomVector(dim, 12);
+  // RmsNorm (out of place and in place).
+  {
+    std::vector<float> xc = x, yc(n * dim);
+    const PreparedVector wc = cpu_.PrepareVector(w), wg = gpu_->PrepareVector(w);
+    cpu_.RmsNorm(TensorView::F32(xc.data(), n, dim), wc.view, 1e-5, TensorView::F32(yc.data(), n, dim));
+    const TensorView xg = arena_->Make(n, dim, x), yg = arena_->Make(n, dim);
+    gpu_->RmsNorm(xg, wg.view, 1e-5, yg);
+    EXPECT_LE(RelativeError(arena_->Read(yg), yc), kF32Tolerance) << "RmsNorm";
+    gpu_->RmsNorm(xg, wg.view, 1e-5, xg);
+    EXPECT_LE(RelativeError(arena_->Read(xg), yc), kF32Tolerance) << "RmsNorm in place";
+  }
+  // AddBias, Add, SiluMul.
+  {
+    std::vector<float> xc = x, yc = y, gc(n * dim);
+    const PreparedVector bc = cpu_.PrepareVector(w), bg = gpu_->PrepareVector(w);
+    const TensorView xg = arena_->Make(n, dim, x), yg = arena_->Make(n, dim, y), og = arena_->Make(n, dim);
+    cpu_.AddBias(bc.view, TensorView::F32(xc.data(), n, dim));
+    gpu_->AddBias(bg.view, xg);
+    EXPECT_LE(RelativeError(arena_->Read(xg), xc), kF32Tolerance) << "AddBias";
+    cpu_.Add(TensorView::F32(yc.data(), n, dim), TensorView::F32(xc.data(), n, dim));
+    gpu_->Add(yg, xg);
+    EXPECT_LE(RelativeError(arena_->Read(xg), xc), kF32Tolerance) << "Add";
+    cpu_.SiluMul(TensorView::F32(xc.data(), n, dim), TensorView::F32(yc.data(), n, dim),
+                 TensorView::F32(gc.data(), n, dim));
+    gpu_->SiluMul(xg, yg, og);
+    EXPECT_LE(RelativeError(arena_->Read(og), gc), kF32Tolerance) << "SiluMul";
+  }
+  // Copy of a column range of a wider array.
+  {
+    std::vector<float> want(n * 20);
+    for (int64_t r = 0; r < n; ++r) std::copy_n(x.data() + r * dim + 30, 20, want.data() + r * 20);
+    const TensorView xg = arena_->Make(n, dim, x), dg = arena_->Make(n, 20);
+    gpu_->Copy(xg.ColRange(30, 20), dg);
+    EXPECT_EQ(arena_->Read(dg), want) << "Copy";
+  }
+}
+
+TEST_F(CudaOpsTest, StepOpsMatchCpu) {
+  // Embedding, GatherLogitRows and RoPE (interleaved and halves, offset, head stride > dim).
+  const int64_t block_size = 16, vocab = 101, dim = 40;
+  StepCase c;
+  MakeTables({23, 5, 40}, block_size, 5, &c);
+  const StepDescription& step = BuildStep(&c, block_size, {0, 4, 31}, {23, 1, 9}, vocab);
+  KVStorageShape shape;
+  shape.num_layers = 1;
+  shape.num_blocks = c.num_blocks;
+  shape.block_size = block_size;
+  shape.num_kv_heads = 1;
+  shape.head_dim = 8;
+  auto cache_c = cpu_.CreateKVCache(shape);
+  auto cache_g = gpu_->CreateKVCache(shape);
+  cpu_.BeginStep(step, *cache_c);
+  gpu_->BeginStep(step, *cache_g);
+  const int64_t n = step.num_tokens();
+
+  std::vector<uint8_t> bytes;
+  const WeightMatrix table = MakeWeight(DType::kBF16, vocab, dim, RandomVector(vocab * dim, 20), &bytes);
+  const Weight tc = cpu_.PrepareWeight(table, WeightLayout::kRowMajor);
+  const Weight tg = gpu_->PrepareWeight(table, WeightLayout::kRowMajor);
+  std::vector<float> emb(n * dim);
+  cpu_.Embedding(tc, TensorView::F32(emb.data(), n, dim));
+  const TensorView eg = arena_->Make(n, dim);
+  gpu_->Embedding(tg, eg);
+  EXPECT_EQ(arena_->Read(eg), emb) << "Embedding";
+
+  std::vector<float> rows_c(step.num_logits() * dim);
+  cpu_.GatherLogitRows(TensorView::F32(emb.data(), n, dim), TensorView::F32(rows_c.data(), step.num_logits(), dim));
+  const TensorView rg = arena_->Make(step.num_logits(), dim);
+  gpu_->GatherLogitRows(eg, rg);
+  EXPECT_EQ(arena_->Read(rg), rows_c) << "GatherLogitRows";
+
+  for (const bool interleaved : {true, false}) {
+    RopeParams rope;
+    rope.dim = 16;
+    rope.interleaved = interleaved;
+    rope.magnitude = interleaved ? 1.0 : 1.1;
+    for (int64_t i = 0; i < rope.dim / 2; ++i) rope.inv_freq.push_back(std::pow(10000.0, -2.0 * i / rope.dim));
+    const int64_t heads = 3, head_stride = 24, offset = 5;
+    const auto x = RandomVector(n * heads * head_stride, 21 + interleaved);
+    std::vector<float> xc = x;
+    cpu_.Rope(rope, TensorView::F32(xc.data(), n, heads * head_stride), heads, head_stride, offset);
+    const TensorView xg = arena_->Make(n, heads * head_stride, x);
+    gpu_->Rope(rope, xg, heads, head_stride, offset);
+    EXPECT_LE(RelativeError(arena_->Read(xg), xc), 1e-6) << "Rope interleaved=" << interleaved;
+  }
+}
+
+struct AttentionCase {
+  int64_t block_size, gqa, head_dim;
+  DType kv_dtype;
+  int64_t window;
+};
+
+class CudaAttentionTest : public CudaOpsTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+// Two steps over three sequences (prefills of odd lengths, then a decode, a chunk continuing a
+// prompt and a one-token sequence), K/V written by WriteKV, attention through scrambled
+// block tables; then a copy-on-write CopyBlock read through a fresh table.
+TEST_P(CudaAttentionTest, PagedAttentionMatchesCpu) {
+  const AttentionCase& a = GetParam();
+  const int64_t kv_heads = 2, heads = kv_heads * a.gqa, hd = a.head_dim, bs = a.block_size;
+  StepCase c;
+  MakeTables({18, 63, 2}, bs, 7, &c);
+  KVStorageShape shape;
+  shape.num_layers = 2;
+  shape.num_blocks = c.num_blocks + 1;  // one spare block for the CopyBlock check
+  shape.block_size = bs;
+  shape.num_kv_heads = kv_heads;
+  shape.head_dim = hd;
+  shape.dtype = a.kv_dtype;
+  auto cache_c = cpu_.CreateKVCache(shape);
+  auto cache_g = gpu_->CreateKVCache(shape);
+  AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), a.window};
+  const std::vector<std::vector<int64_t>> firsts = {{0, 0, 0}, {17, 50, 1}};
+  const std::vector<std::vector<int64_t>> counts = {{17, 50, 1}, {1, 13, 1}};
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    const StepDescription& step = BuildStep(&c, bs, firsts[s], counts[s], 100);
+    const int64_t n = step.num_tokens();
+    cpu_.BeginStep(step, *cache_c);
+    gpu_->BeginStep(step, *cache_g);
+    for (int64_t l = 0; l < 2; ++l) {
+      const uint32_t seed = 100 + 10 * s + l;
+      auto q = RandomVector(n * heads * hd, seed), k = RandomVector(n * kv_heads * hd, seed + 1000),
+           v = RandomVector(n * kv_heads * hd, seed + 2000);
+      std::vector<float> out(n * heads * hd);
+      cpu_.WriteKV(*cache_c, l, TensorView::F32(k.data(), n, kv_heads * hd), TensorView::F32(v.data(), n, kv_heads * hd));
+      cpu_.PagedAttention(*cache_c, l, layer, TensorView::F32(q.data(), n, heads * hd),
+                          TensorView::F32(out.data(), n, heads * hd));
+      const TensorView qg = arena_->Make(n, heads * hd, q), og = arena_->Make(n, heads * hd);
+      gpu_->WriteKV(*cache_g, l, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
+      gpu_->PagedAttention(*cache_g, l, layer, qg, og);
+      const double err = RelativeError(arena_->Read(og), out);
+      EXPECT_LE(err, kF32Tolerance) << "layer " << l;
+    }
+  }
+  // CopyBlock: sequence 1's first block copied to the spare block; a one-token query at
+  // position 5 through a table that names the copy reads the same keys.
+  const int32_t spare = static_cast<int32_t>(shape.num_blocks - 1);
+  cpu_.CopyBlock(*cache_c, c.tables[1][0], spare);
+  gpu_->CopyBlock(*cache_g, c.tables[1][0], spare);
+  StepBuilder b;
+  b.Reset(bs);
+  std::vector<int32_t> tokens(6, 3);
+  const std::vector<int32_t> table = {spare};
+  b.AddSequence(tokens, 5, 1, table);
+  // A decode whose own K/V would overwrite slot 5 of the copy: write the same values on both.
+  const StepDescription& step = b.Finish();
+  cpu_.BeginStep(step, *cache_c);
+  gpu_->BeginStep(step, *cache_g);
+  auto q = RandomVector(heads * hd, 900), k = RandomVector(kv_heads * hd, 901), v = RandomVector(kv_heads * hd, 902);
+  std::vector<float> out(heads * hd);
+  cpu_.WriteKV(*cache_c, 1, TensorView::F32(k.data(), 1, kv_heads * hd), TensorView::F32(v.data(), 1, kv_heads * hd));
+  cpu_.PagedAttention(*cache_c, 1, layer, TensorView::F32(q.data(), 1, heads * hd), TensorView::F32(out.data(), 1, heads * hd));
+  const TensorView og = arena_->Make(1, heads * hd);
+  gpu_->WriteKV(*cache_g, 1, arena_->Make(1, kv_heads * hd, k), arena_->Make(1, kv_heads * hd, v));
+  gpu_->PagedAttention(*cache_g, 1, layer, arena_->Make(1, heads * hd, q), og);
+  EXPECT_LE(RelativeError(arena_->Read(og), out), kF32Tolerance) << "after CopyBlock";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, CudaAttentionTest,
+    ::testing::Values(AttentionCase{16, 1, 64, DType::kF32, 0}, AttentionCase{16, 4, 128, DType::kBF16, 0},
+                      AttentionCase{32, 8, 64, DType::kBF16, 0}, AttentionCase{32, 1, 128, DType::kF32, 0},
+                      AttentionCase{16, 8, 128, DType::kF32, 0}, AttentionCase{32, 4, 64, DType::kF32, 0},
+                      AttentionCase{16, 4, 64, DType::kBF16, 19}, AttentionCase{32, 1, 128, DType::kF32, 7},
+                      AttentionCase{16, 4, 128, DType::kF16, 0}),
+    [](const auto& info) {
+      const AttentionCase& a = info.param;
+      return "bs" + std::to_string(a.block_size) + "_gqa" + std::to_string(a.gqa) + "_d" +
+             std::to_string(a.head_dim) + "_" + std::string(DTypeName(a.kv_dtype)) + "_w" + std::to_string(a.window);
+    });
+
+TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {
+  for (const int64_t bs : {16, 32}) {
+    for (const int64_t rank : {64, 512}) {
+      for (const DType dtype : {DType::kF32, DType::kBF16}) {
+        SCOPED_TRACE("bs " + std::to_string(bs) + " rank " + std::to_string(rank) + " " + std::string(DTypeName(dtype)));
+        const int64_t rope = 64, heads = 5;
+        StepCase c;
+        MakeTables({37, 3}, bs, 9, &c);
+        KVStorageShape shape;
+        shape.num_layers = 1;
+        shape.num_blocks = c.num_blocks;
+        shape.block_size = bs;
+        shape.num_kv_heads = 1;
+        shape.head_dim = rank;
+        shape.head_dim_v = rope;
+        shape.dtype = dtype;
+        auto cache_c = cpu_.CreateKVCache(shape);
+        auto cache_g = gpu_->CreateKVCache(shape);
+        const StepDescription& step = BuildStep(&c, bs, {0, 0}, {37, 3}, 100);
+        const int64_t n = step.num_tokens();
+        cpu_.BeginStep(step, *cache_c);
+        gpu_->BeginStep(step, *cache_g);
+        auto q = RandomVector(n * heads * (rank + rope), 30), lat = RandomVector(n * rank, 31),
+             pe = RandomVector(n * rope, 32);
+        const float scale = 0.1f;
+        std::vector<float> out(n * heads * rank);
+        cpu_.WriteKV(*cache_c, 0, TensorView::F32(lat.data(), n, rank), TensorView::F32(pe.data(), n, rope));
+        cpu_.MlaAttention(*cache_c, 0, heads, scale, TensorView::F32(q.data(), n, heads * (rank + rope)),
+                          TensorView::F32(out.data(), n, heads * rank));
+        const TensorView og = arena_->Make(n, heads * rank);
+        gpu_->WriteKV(*cache_g, 0, arena_->Make(n, rank, lat), arena_->Make(n, rope, pe));
+        gpu_->MlaAttention(*cache_g, 0, heads, scale, arena_->Make(n, heads * (rank + rope), q), og);
+        EXPECT_LE(RelativeError(arena_->Read(og), out), kF32Tolerance);
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, MoeMatchesCpu) {
+  const int64_t dim = 64, ffn = 48, ne = 8, n = 11;
+  for (const bool v3 : {false, true}) {
+    SCOPED_TRACE(v3 ? "sigmoid noaux_tc" : "softmax greedy");
+    MoeSpec spec;
+    spec.num_experts = ne;
+    spec.num_experts_per_tok = 3;
+    spec.num_shared_experts = 1;
+    spec.expert_ffn_dim = ffn;
+    spec.norm_topk_prob = v3;
+    spec.routed_scaling_factor = v3 ? 2.5 : 1.0;
+    spec.scoring_func = v3 ? "sigmoid" : "softmax";
+    spec.topk_method = v3 ? "noaux_tc" : "greedy";
+    spec.n_group = v3 ? 4 : 1;
+    spec.topk_group = v3 ? 2 : 1;
+    std::vector<std::vector<uint8_t>> bytes;
+    uint32_t seed = 50;
+    auto matrix = [&](int64_t rows, int64_t cols) {
+      bytes.emplace_back();
+      return MakeWeight(DType::kBF16, rows, cols, RandomVector(rows * cols, seed++, -0.3f, 0.3f), &bytes.back());
+    };
+    const WeightMatrix router = matrix(ne, dim);
+    std::vector<WeightMatrix> gate, up, down;
+    for (int64_t e = 0; e < ne; ++e) {
+      gate.push_back(matrix(ffn, dim));
+      up.push_back(matrix(ffn, dim));
+      down.push_back(matrix(dim, ffn));
+    }
+    const WeightMatrix sg = matrix(ffn, dim), su = matrix(ffn, dim), sd = matrix(dim, ffn);
+    const auto bias = RandomVector(ne, 77, -0.1f, 0.1f);
+    auto prepare = [&](Backend& b) {
+      MoeLayer m;
+      m.router = b.PrepareWeight(router);
+      if (v3) m.score_bias = b.PrepareVector(bias);
+      for (int64_t e = 0; e < ne; ++e) {
+        m.gate.push_back(b.PrepareWeight(gate[e]));
+        m.up.push_back(b.PrepareWeight(up[e]));
+        m.down.push_back(b.PrepareWeight(down[e]));
+      }
+      m.shared_gate = b.PrepareWeight(sg);
+      m.shared_up = b.PrepareWeight(su);
+      m.shared_down = b.PrepareWeight(sd);
+      b.PrepareMoe(&m);
+      return m;
+    };
+    const MoeLayer mc = prepare(cpu_), mg = prepare(*gpu_);
+    auto x = RandomVector(n * dim, 60);
+    std::vector<float> y(n * dim);
+    cpu_.Moe(spec, mc, TensorView::F32(x.data(), n, dim), TensorView::F32(y.data(), n, dim));
+    const TensorView yg = arena_->Make(n, dim);
+    gpu_->Moe(spec, mg, arena_->Make(n, dim, x), yg);
+    EXPECT_LE(RelativeError(arena_->Read(yg), y), 1e-4);
+  }
+}
+
+TEST_F(CudaOpsTest, RefusesQuantizedKVAndMixedPrecisionPoliciesByName) {
+  KVStorageShape shape;
+  shape.num_layers = 1;
+  shape.num_blocks = 4;
+  shape.num_kv_heads = 2;
+  shape.head_dim = 64;
+  shape.dtype = DType::kBF16;
+  auto refused = [&](const KVStorageShape& s) -> std::string {
+    try {
+      gpu_->CreateKVCache(s);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+      return e.what();
+    }
+    return "";
+  };
+  KVStorageShape fp8 = shape;
+  fp8.quant = KVQuant::kFp8E4M3;
+  EXPECT_NE(refused(fp8).find("fp8_e4m3"), std::string::npos);
+  KVStorageShape int4 = shape;
+  int4.quant = KVQuant::kInt4;
+  EXPECT_NE(refused(int4).find("int4"), std::string::npos);
+  KVStorageShape sink = shape;
+  sink.sink_tokens = 4;
+  EXPECT_NE(refused(sink).find("--kv-sink-tokens"), std::string::npos);
+  KVStorageShape heavy = shape;
+  heavy.heavy_tokens = 2;
+  EXPECT_NE(refused(heavy).find("--kv-heavy-tokens"), std::string::npos);
+  EXPECT_NO_THROW(gpu_->CreateKVCache(shape));
+}
+
+}  // namespace
+}  // namespace pagoda
