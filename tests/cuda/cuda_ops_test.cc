@@ -191,8 +191,12 @@ TEST_F(CudaOpsTest, StepOpsMatchCpu) {
   gpu_->GatherLogitRows(eg, rg);
   EXPECT_EQ(arena_->Read(rg), rows_c) << "GatherLogitRows";
 
+  // Two RopeParams alive at once: within a step the CPU backend keys its cos/sin table by the
+  // params' address (the model owns them for its lifetime), so a second object reusing the
+  // first one's stack slot would be served the first one's table.
+  std::vector<RopeParams> ropes(2);
   for (const bool interleaved : {true, false}) {
-    RopeParams rope;
+    RopeParams& rope = ropes[interleaved ? 0 : 1];
     rope.dim = 16;
     rope.interleaved = interleaved;
     rope.magnitude = interleaved ? 1.0 : 1.1;
