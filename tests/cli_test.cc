@@ -86,7 +86,7 @@ TEST(CliTest, DummyModelRunsWithoutFiles) {
 TEST(CliTest, ErrorsExitNonZeroWithNothingOnStdout) {
   for (const std::string& args :
        {std::string("generate --model /nonexistent.gguf"), std::string("generate --model dummy:no-such-preset"),
-        std::string("generate"), std::string("generate --model dummy:llama-tiny --temperature abc"),
+        std::string("generate --max-tokens"), std::string("generate --model dummy:llama-tiny --temperature abc"),
         "generate --model " + Stories("stories260K.gguf") + " --prompt-ids 1,x",
         "generate --model " + Stories("stories260K.gguf") + " --max-tokens 0",
         "bench latency --model " + Stories("stories260K.gguf") + " --input-len 0 --json",

@@ -31,6 +31,7 @@
 #include "kernels/params/matmul_params.h"
 #include "kernels/params/rope_params.h"
 #include "kernels/params/moe_params.h"
+#include "kernels/params/sampling_params.h"
 
 namespace pagoda {
 
@@ -81,6 +82,23 @@ struct MoeLayer {
   std::vector<Weight> gate, up, down; // per expert: [ffn, dim], [ffn, dim], [dim, ffn]
   Weight shared_gate, shared_up, shared_down;  // may be empty
   std::shared_ptr<const void> impl;            // the backend's form (PrepareMoe)
+};
+
+// A request's sampling state on a backend (its parameters and random generator), made by
+// Backend::CreateSampler and handed back with each row it samples.
+class SamplerState {
+ public:
+  virtual ~SamplerState() = default;
+};
+
+// One row of Backend::Sample: whose state, the token history its penalties read, where the
+// logprobs go (null: not asked for); `token` receives the choice.
+struct SampleRow {
+  SamplerState* state = nullptr;
+  std::span<const int32_t> prompt;
+  std::span<const int32_t> output;
+  TokenLogprobs* logprobs = nullptr;
+  int32_t token = -1;
 };
 
 class Backend {
@@ -158,6 +176,16 @@ class Backend {
 
   // Result rows to the host (logits).
   virtual void CopyToHost(const TensorView& src, float* dst) = 0;
+
+  // ---- the sampler's device part: only token ids and the asked-for logprobs come back ----
+  virtual std::unique_ptr<SamplerState> CreateSampler(const SamplingParams& params) = 0;
+  // One token per row of `logits` [rows.size(), vocab] (the rows may be modified): penalties
+  // from the row's history, temperature, top-k / top-p / min-p, the draw from the row's state
+  // (vLLM's order); the raw logprobs where asked (kernels/cpu/sampler.h is the reference).
+  virtual void Sample(const TensorView& logits, std::span<SampleRow> rows) = 0;
+  // log_softmax of row i of `logits` for tokens[i] and the top k (prompt logprobs).
+  virtual void Logprobs(const TensorView& logits, std::span<const int32_t> tokens, int64_t k,
+                        std::span<TokenLogprobs> out) = 0;
 };
 
 // The process's CPU backend (kernels/cpu), used when nothing else is asked for.

@@ -14,6 +14,7 @@
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/packed_weights.h"
+#include "kernels/cpu/sampler.h"
 
 namespace pagoda {
 namespace {
@@ -37,6 +38,11 @@ Weight Wrap(const WeightMatrix& source, std::shared_ptr<CpuPrepared> p) {
   w.impl = std::move(p);
   return w;
 }
+
+struct CpuSamplerState : SamplerState {
+  explicit CpuSamplerState(const SamplingParams& p) : sampler(p) {}
+  Sampler sampler;
+};
 
 KVStorage& Storage(KVCache& cache) {
   auto* s = dynamic_cast<KVStorage*>(&cache);
@@ -339,6 +345,33 @@ void CpuBackend::Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorVie
 
 void CpuBackend::CopyToHost(const TensorView& src, float* dst) {
   for (int64_t r = 0; r < src.rows; ++r) std::copy_n(src.f32() + r * src.row_stride, src.cols, dst + r * src.cols);
+}
+
+std::unique_ptr<SamplerState> CpuBackend::CreateSampler(const SamplingParams& params) {
+  return std::make_unique<CpuSamplerState>(params);
+}
+
+void CpuBackend::Sample(const TensorView& logits, std::span<SampleRow> rows) {
+  CheckF32(logits, "sampled logits");
+  PAGODA_CHECK(logits.rows == static_cast<int64_t>(rows.size())) << "Sample: " << logits.rows << " rows of logits for "
+                                                                  << rows.size() << " requests";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SampleRow& r = rows[i];
+    auto* state = dynamic_cast<CpuSamplerState*>(r.state);
+    PAGODA_CHECK(state != nullptr) << "Sample: a sampler state the CPU backend did not make";
+    r.token = state->sampler.Sample(std::span<float>(logits.f32() + i * logits.row_stride, logits.cols), r.prompt,
+                                    r.output, r.logprobs);
+  }
+}
+
+void CpuBackend::Logprobs(const TensorView& logits, std::span<const int32_t> tokens, int64_t k,
+                          std::span<TokenLogprobs> out) {
+  CheckF32(logits, "logprob logits");
+  PAGODA_CHECK(logits.rows == static_cast<int64_t>(tokens.size()) && tokens.size() == out.size())
+      << "Logprobs: " << logits.rows << " rows, " << tokens.size() << " tokens, " << out.size() << " outputs";
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    out[i] = ComputeLogprobs(std::span<const float>(logits.f32() + i * logits.row_stride, logits.cols), tokens[i], k);
+  }
 }
 
 }  // namespace pagoda

@@ -56,6 +56,10 @@ class CpuBackend : public Backend {
                     const TensorView& out) override;
   void Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorView& x, const TensorView& y) override;
   void CopyToHost(const TensorView& src, float* dst) override;
+  std::unique_ptr<SamplerState> CreateSampler(const SamplingParams& params) override;
+  void Sample(const TensorView& logits, std::span<SampleRow> rows) override;
+  void Logprobs(const TensorView& logits, std::span<const int32_t> tokens, int64_t k,
+                std::span<TokenLogprobs> out) override;
 
   // How many times the step plan had to be made afresh (tests: once per step).
   int64_t num_plans() const { return num_plans_; }

@@ -84,7 +84,7 @@ int64_t Engine::AddRequest(RequestSpec spec) {
   next_id_ += spec.n;  // ids of the other samples, created when the prompt is computed
   r->tokens = spec.prompt;
   r->num_prompt_tokens = len;
-  r->sampler = std::make_unique<Sampler>(spec.sampling);
+  r->sampler = model_.backend().CreateSampler(spec.sampling);
   if (tokenizer_ != nullptr) {
     r->stop_checker =
         std::make_unique<StopChecker>(*tokenizer_, spec.stop, spec.prompt, spec.skip_special_tokens);
@@ -173,7 +173,7 @@ void Engine::ForkSamples(Request& parent, const float* logits, std::vector<Reque
     child->forked = true;
     SamplingParams sp = parent.spec.sampling;
     if (sp.seed) sp.seed = *sp.seed + static_cast<uint64_t>(i);
-    child->sampler = std::make_unique<Sampler>(sp);
+    child->sampler = model_.backend().CreateSampler(sp);
     if (tokenizer_ != nullptr) {
       child->stop_checker = std::make_unique<StopChecker>(
           *tokenizer_, child->spec.stop, child->spec.prompt, child->spec.skip_special_tokens);
@@ -197,10 +197,13 @@ void Engine::PostProcess(Request& r, const float* logits, std::vector<RequestOut
   out.request_id = r.id;
   TokenLogprobs lp;
   const bool want_lp = r.spec.sampling.logprobs >= 0;
-  const int32_t id = r.sampler->Sample(row, std::span<const int32_t>(r.tokens.data(), r.num_prompt_tokens),
-                                       std::span<const int32_t>(r.tokens.data() + r.num_prompt_tokens,
-                                                                r.num_output_tokens()),
-                                       want_lp ? &lp : nullptr);
+  SampleRow sample;
+  sample.state = r.sampler.get();
+  sample.prompt = std::span<const int32_t>(r.tokens.data(), r.num_prompt_tokens);
+  sample.output = std::span<const int32_t>(r.tokens.data() + r.num_prompt_tokens, r.num_output_tokens());
+  sample.logprobs = want_lp ? &lp : nullptr;
+  model_.backend().Sample(TensorView::F32(row.data(), 1, vocab), std::span<SampleRow>(&sample, 1));
+  const int32_t id = sample.token;
   if (r.spec.want_prompt_logits && !r.prompt_logprobs_sent) {
     out.prompt_logprobs = std::move(r.prompt_logprobs);
     r.prompt_logprobs.clear();
@@ -223,8 +226,8 @@ void Engine::StorePromptLogprobs(const ModelRunner::StepResult& step) {
     for (int64_t i = 0; i < pr.count; ++i, row += vocab) {
       const int64_t p = pr.first_position + i;
       if (r.prompt_logprobs_sent || p + 1 >= r.num_prompt_tokens) continue;
-      r.prompt_logprobs[p] = ComputeLogprobs(std::span<const float>(row, vocab), r.tokens[p + 1],
-                                             r.spec.prompt_logprobs);
+      model_.backend().Logprobs(TensorView::F32(row, 1, vocab), std::span<const int32_t>(&r.tokens[p + 1], 1),
+                                r.spec.prompt_logprobs, std::span<TokenLogprobs>(&r.prompt_logprobs[p], 1));
     }
   }
 }

@@ -55,7 +55,8 @@ GenerateResult Generator::Generate(const GenerateRequest& req, const std::functi
   std::vector<int32_t> block_table(num_blocks);
   for (int64_t i = 0; i < num_blocks; ++i) block_table[i] = static_cast<int32_t>(i);
 
-  Sampler sampler(req.sampling);
+  Backend& backend = model_.backend();
+  std::unique_ptr<SamplerState> sampler = backend.CreateSampler(req.sampling);
   GenerateResult result;
   std::vector<int32_t> tokens = req.prompt;
   std::vector<float> logits(vocab);
@@ -72,8 +73,13 @@ GenerateResult Generator::Generate(const GenerateRequest& req, const std::functi
       computed += n;
     }
     TokenLogprobs lp;
-    const int32_t id = sampler.Sample(logits, req.prompt, result.output,
-                                      req.sampling.logprobs >= 0 ? &lp : nullptr);
+    SampleRow sample;
+    sample.state = sampler.get();
+    sample.prompt = req.prompt;
+    sample.output = result.output;
+    sample.logprobs = req.sampling.logprobs >= 0 ? &lp : nullptr;
+    backend.Sample(TensorView::F32(logits.data(), 1, vocab), std::span<SampleRow>(&sample, 1));
+    const int32_t id = sample.token;
     const bool is_eos = !req.ignore_eos && std::find(req.eos_ids.begin(), req.eos_ids.end(), id) != req.eos_ids.end();
     if (is_eos) {
       result.finish_reason = "stop";

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "engine/sampler.h"
+#include "kernels/params/sampling_params.h"
 #include "kv/kv_layout.h"
 #include "model/model.h"
 

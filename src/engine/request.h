@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "backend/backend.h"
 #include "engine/stop_checker.h"
+#include "kernels/params/sampling_params.h"
 
 namespace pagoda {
 
@@ -60,7 +61,7 @@ struct Request {
   RequestStatus status = RequestStatus::kWaiting;
   FinishReason finish_reason = FinishReason::kNone;
   int64_t num_preemptions = 0;
-  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<SamplerState> sampler;  // made by the model's backend
   std::unique_ptr<StopChecker> stop_checker;  // nullptr without a tokenizer
   std::vector<TokenLogprobs> logprobs;
   // spec.prompt_logprobs >= 0: entry p is prompt token p + 1 given tokens [0, p], filled

@@ -11,16 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/sampling_params.h"
+#include "kernels/params/sampling_params.h"
 
 namespace pagoda {
-
-struct TokenLogprobs {
-  int32_t token = -1;
-  double logprob = 0.0;
-  int64_t rank = 0;  // 1 + the number of tokens with a larger logit (ComputeLogprobs)
-  std::vector<std::pair<int32_t, double>> top;  // most likely first, ties by lower id
-};
 
 class Sampler {
  public:

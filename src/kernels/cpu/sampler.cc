@@ -1,4 +1,4 @@
-#include "engine/sampler.h"
+#include "kernels/cpu/sampler.h"
 
 #include <algorithm>
 #include <cmath>
