@@ -246,13 +246,15 @@ void CpuBackend::GatherLogitRows(const TensorView& x, const TensorView& out) {
 const RopeTable& CpuBackend::RopeTableFor(const RopeParams& rope) {
   RopeEntry* free = nullptr;
   for (RopeEntry& e : rope_tables_) {
-    if (e.rope == &rope && e.serial == step_serial_) return e.table;
-    if (e.rope == &rope || (free == nullptr && e.serial != step_serial_)) free = &e;
+    const bool same = e.inv_freq == rope.inv_freq && e.magnitude == rope.magnitude;
+    if (same && e.serial == step_serial_) return e.table;
+    if (free == nullptr && e.serial != step_serial_) free = &e;
   }
   if (free == nullptr) free = &rope_tables_.emplace_back();
   const StepDescription& s = step();
   FillRopeTable(rope, s.positions.data(), s.num_tokens(), &free->table);
-  free->rope = &rope;
+  free->inv_freq = rope.inv_freq;  // copies into kept capacity
+  free->magnitude = rope.magnitude;
   free->serial = step_serial_;
   return free->table;
 }

@@ -76,8 +76,11 @@ class CpuBackend : public Backend {
   const StepDescription* step_ = nullptr;
   int64_t step_serial_ = 0;
   std::vector<const int32_t*> token_tables_;  // [num_tokens] the token's block-table row
+  // Keyed by the RoPE configuration's values (its frequencies and magnitude), not its
+  // address: two configurations never share a table, whoever owns them.
   struct RopeEntry {
-    const RopeParams* rope = nullptr;
+    std::vector<double> inv_freq;
+    double magnitude = 0.0;
     int64_t serial = -1;
     RopeTable table;
   };
