@@ -49,7 +49,7 @@ class PagodaTinyTest : public ::testing::TestWithParam<TinyCase> {};
 
 // The GGUF holds Q8_0 weights, which pagoda multiplies against Q8-quantized activations
 // (as llama.cpp does): its logits (which reach ~30: the model is sure of its training text)
-// sit within 0.37 of the float64 reference. The same weights exported as an F32 GGUF
+// sit within 0.44 of the float64 reference. The same weights exported as an F32 GGUF
 // (tools/train/export.py, q8=False) agree to 2.5e-5, so that gap is the activation rounding,
 // not the export. The MLA directory holds bf16 weights computed in f32: within 2.1e-5.
 TEST_P(PagodaTinyTest, TokenizerLogitsAndGreedyMatchPyTorch) {

@@ -33,7 +33,7 @@ extern "C" const char pagoda_default_model_end[];
 namespace pagoda::cli {
 namespace {
 
-constexpr char kSha256[] = "528c36d751578d74b8c638bd95fe1554e33efc21fa88f88b492a52eab0cea3d0";
+constexpr char kSha256[] = "d14b15bc14ca6d50e7657763b8e97ddc6084451c9db3d50e851cb22146b6b27d";
 
 std::string CacheDir() {
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x == '/') return std::string(x) + "/pagoda";
