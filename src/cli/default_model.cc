@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -86,7 +87,10 @@ std::string InMemoryCopy(std::string_view bytes) {
 }  // namespace
 
 std::string_view EmbeddedDefaultModel() {
-  return {pagoda_default_model_start, static_cast<size_t>(pagoda_default_model_end - pagoda_default_model_start)};
+  // Addresses compared as integers: the two labels are distinct objects to the compiler.
+  const auto size = reinterpret_cast<uintptr_t>(pagoda_default_model_end) -
+                    reinterpret_cast<uintptr_t>(pagoda_default_model_start);
+  return {pagoda_default_model_start, static_cast<size_t>(size)};
 }
 
 std::string_view EmbeddedDefaultModelSha256() { return kSha256; }
