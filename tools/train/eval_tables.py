@@ -58,17 +58,26 @@ def main(paths):
                 kl = " | ".join(["refused" if "error" in k else "—"] * 5)
             print(f"| {d} | {cell} | {miss} | ≤{BOUND[d]} | {kl} |")
         print()
-        rows = [(w, v) for (mm, w), v in r.items() if mm == m and w.startswith("retrieval") and "--kv" in w]
-        if rows:
-            print(f"Mixed precision on {name} (retrieval at 2048, 24 keys; KL as above where run):\n")
-            print("| format and policy | retrieval | KL mean | Δ perplexity |")
-            print("| --- | ---: | ---: | ---: |")
-            for w, v in rows:
-                fmt_pol = w[len("retrieval "):-len(" 2048")]
-                cell = "refused" if "error" in v else f"{v['correct']}/{v['trials']}"
-                k = r.get((m, "kl " + fmt_pol), {})
-                klc = f"{k['kl_mean']:.4f} | {100 * (k['perplexity'] / k['perplexity_reference'] - 1):+.1f}%" if "kl_mean" in k else ("refused | refused" if "error" in k else "— | —")
-                print(f"| {fmt_pol} | {cell} | {klc} |")
+        pols = []
+        for (mm, w), v in r.items():
+            if mm != m or "--kv" not in w:
+                continue
+            fp = w[len("retrieval "):-len(" 2048")] if w.startswith("retrieval") else w[len("kl "):]
+            if fp not in pols:
+                pols.append(fp)
+        if pols:
+            print(f"Mixed precision on {name} (retrieval at 2048, 24 keys; KL and perplexity as above):\n")
+            print("| format and policy | retrieval | misses vs bf16 | KL mean | KL p99 | Δ perplexity |")
+            print("| --- | ---: | ---: | ---: | ---: | ---: |")
+            for fp in pols:
+                cell, c = ret(r, m, f"retrieval {fp} 2048")
+                miss = str(base - c) if (c is not None and base is not None) else ("—" if cell == "—" else "—")
+                k = r.get((m, "kl " + fp), {})
+                if "kl_mean" in k:
+                    klc = f"{k['kl_mean']:.4f} | {k['kl_p99']:.3f} | {100 * (k['perplexity'] / k['perplexity_reference'] - 1):+.1f}%"
+                else:
+                    klc = "refused | refused | refused" if "error" in k else "— | — | —"
+                print(f"| {fp} | {cell} | {miss} | {klc} |")
             print()
 
 
