@@ -4,10 +4,15 @@
 // operator new in this test binary (every thread's allocations count while a step runs) and
 // with the workspace's own counter, for Llama (GQA, biases, sliding window, packed and
 // quantized weights), DeepSeek MLA and DeepSeek MoE.
+//
+// Its own executable (pagoda_allocation_tests): replacing operator new / delete is global to a
+// binary. Every form is replaced (throwing, nothrow, aligned, sized), so memory is always
+// released by the family that allocated it, under AddressSanitizer too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <new>
 #include <numeric>
@@ -23,27 +28,44 @@ std::atomic<bool> g_counting{false};
 std::atomic<int64_t> g_allocations{0};
 }  // namespace
 
-void* operator new(std::size_t n) {
+namespace {
+void* Allocate(std::size_t n, std::size_t align) {
   if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  if (n == 0) n = 1;
+  if (align <= alignof(std::max_align_t)) return std::malloc(n);
+  return std::aligned_alloc(align, (n + align - 1) / align * align);
+}
+void* AllocateOrThrow(std::size_t n, std::size_t align) {
+  if (void* p = Allocate(n, align)) return p;
   throw std::bad_alloc();
 }
-void* operator new[](std::size_t n) { return operator new(n); }
-void* operator new(std::size_t n, std::align_val_t a) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  const std::size_t align = static_cast<std::size_t>(a);
-  if (void* p = std::aligned_alloc(align, (n + align - 1) / align * align)) return p;
-  throw std::bad_alloc();
+constexpr std::size_t kPlain = alignof(std::max_align_t);
+}  // namespace
+
+void* operator new(std::size_t n) { return AllocateOrThrow(n, kPlain); }
+void* operator new[](std::size_t n) { return AllocateOrThrow(n, kPlain); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return Allocate(n, kPlain); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return Allocate(n, kPlain); }
+void* operator new(std::size_t n, std::align_val_t a) { return AllocateOrThrow(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return AllocateOrThrow(n, static_cast<std::size_t>(a)); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return Allocate(n, static_cast<std::size_t>(a));
 }
-void* operator new[](std::size_t n, std::align_val_t a) { return operator new(n, a); }
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return Allocate(n, static_cast<std::size_t>(a));
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace pagoda {
 namespace {
