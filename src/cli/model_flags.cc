@@ -20,7 +20,10 @@ void ModelFlags::Add(CLI::App* app) {
   // No --model: the model compiled into the binary (cli/default_model.h), resolved once the
   // command line is parsed, so every use of `model` (names, chat template, loaders) sees a path.
   app->parse_complete_callback([this] {
-    if (model.empty()) model = EmbeddedDefaultModelPath();
+    if (model.empty()) {
+      model = EmbeddedDefaultModelPath();
+      embedded_default = true;
+    }
   });
   app->add_option("--tokenizer", tokenizer, "tokenizer file (tok*.bin, tokenizer.json, tokenizer.model)");
   app->add_option("--dtype", dtype, "weight dtype of dummy models: bf16 | f16 | f32 | q8_0 | q4_0")

@@ -16,6 +16,7 @@ namespace pagoda::cli {
 
 struct ModelFlags {
   std::string model;
+  bool embedded_default = false;  // no --model: `model` is the embedded pagoda-tiny's unpacked path
   std::string tokenizer;
   std::string dtype = "bf16";
   std::string kv_cache_dtype = "auto";

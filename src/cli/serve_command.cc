@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/default_model.h"
 #include "cli/model_flags.h"
 #include "core/error.h"
 #include "core/logging.h"
@@ -100,7 +101,10 @@ int RunServe(const ServeFlags& f) {
         << "no chat template: /v1/chat/completions will answer 400 (use --chat-template FILE)";
   }
 
-  const std::string name = f.served_model_name.empty() ? f.model.model : f.served_model_name;
+  // The embedded default answers to its own name, not the cache path it was unpacked to.
+  const std::string name = !f.served_model_name.empty() ? f.served_model_name
+                           : f.model.embedded_default    ? std::string(kDefaultModelName)
+                                                         : f.model.model;
   ServerMetrics metrics(name);
   AsyncEngineOptions engine_options;
   engine_options.max_queue = f.max_queue;
