@@ -72,7 +72,7 @@ class CudaBackend : public Backend {
   void Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorView& x, const TensorView& y) override;
   void CopyToHost(const TensorView& src, float* dst) override;
   // Sampling runs on the host for now, through the CPU backend's sampler (the engine hands in
-  // host logits; device rows are copied back first). Device sampling is issue 23's next step.
+  // host logits; device rows are copied back first). Sampling on the device is not written yet.
   std::unique_ptr<SamplerState> CreateSampler(const SamplingParams& params) override;
   void Sample(const TensorView& logits, std::span<SampleRow> rows) override;
   void Logprobs(const TensorView& logits, std::span<const int32_t> tokens, int64_t k,
