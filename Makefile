@@ -4,6 +4,9 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+# ON where the CUDA toolkit is installed (nvcc on PATH): the optimized build then compiles the
+# CUDA backend too (its GPU tests, label `cuda`, run on a GPU machine through scripts/gpu-check)
+CUDA ?= $(if $(shell command -v nvcc 2>/dev/null),ON,OFF)
 # empty: the model compiled into pagoda (models/pagoda-tiny.gguf); else any --model value
 MODEL ?=
 PROMPT ?= Once upon a time
@@ -14,7 +17,7 @@ deps:
 	@scripts/install-deps.sh
 
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGODA_CUDA=$(CUDA)
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
@@ -23,7 +26,7 @@ run: build
 	$(BUILD)/pagoda generate $(if $(MODEL),--model $(MODEL)) --prompt "$(PROMPT)" --max-tokens 64 --temperature 0
 
 test-release: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE cuda
 
 $(ASAN_BUILD)/build.ninja:
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGODA_SANITIZE=ON -DPAGODA_BUILD_BENCH=OFF

@@ -24,12 +24,16 @@ file(GLOB PAGODA_CUDA_SOURCES CONFIGURE_DEPENDS
      ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda_backend.cu)
 add_library(pagoda_cuda STATIC ${PAGODA_CUDA_SOURCES})
 target_include_directories(pagoda_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
-target_link_libraries(pagoda_cuda PUBLIC pagoda_backend CUDA::cudart_static CUDA::cublas)
+target_link_libraries(pagoda_cuda PUBLIC pagoda_backend CUDA::cudart_static)
 target_compile_options(pagoda_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--extended-lambda -Xcompiler=-Wall>)
 target_compile_definitions(pagoda_cuda PUBLIC PAGODA_WITH_CUDA=1)
 
 # `pagoda --device cuda`.
 target_link_libraries(pagoda PRIVATE pagoda_cuda)
+
+# The kernels' device benchmark (scripts/gpu-check runs it beside gpu_baselines.py).
+add_executable(pagoda_cuda_bench ${CMAKE_SOURCE_DIR}/bench/cuda/cuda_kernels_bench.cc)
+target_link_libraries(pagoda_cuda_bench PRIVATE pagoda_cuda pagoda_model)
 
 if(PAGODA_BUILD_TESTS)
   file(GLOB PAGODA_CUDA_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cuda/*_test.cc)

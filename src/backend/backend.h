@@ -132,6 +132,22 @@ class Backend {
   virtual std::unique_ptr<KVCache> CreateKVCache(const KVStorageShape& shape) = 0;
   // Copy-on-write block copies, every layer.
   virtual void CopyBlock(KVCache& cache, int32_t src, int32_t dst) = 0;
+  // Decode steps (one token per sequence, logits into host memory) replayed as recorded launch
+  // graphs, one per batch size (CUDA graphs); off: every op launches eagerly (--enforce-eager).
+  // A backend without graphs ignores it. Only callers that end every step with the logits
+  // MatMul into host memory (the engine, the generator, the benchmarks) may turn it on.
+  virtual void EnableStepGraphs(bool /*on*/) {}
+  // Scratch for steps of up to `max_tokens` tokens and `max_logits` logits rows, allocated now
+  // (models call it from ReserveWorkspace), so a step allocates nothing. No-op by default.
+  virtual void ReserveScratch(int64_t /*max_tokens*/, int64_t /*max_logits*/) {}
+  // Device memory as its runtime reports it, in bytes: the total and what is in use now (by
+  // this process and any other). {0, 0} for a backend on host memory (the CPU): the engine then
+  // sizes the KV cache from the host's available RAM instead of --gpu-memory-utilization.
+  struct MemoryInfo {
+    int64_t total = 0;
+    int64_t used = 0;
+  };
+  virtual MemoryInfo DeviceMemory() const { return {}; }
 
   // ---- one step ----
   // Makes `step` the current step (uploads it, plans attention for every layer). The views

@@ -1,9 +1,11 @@
 #include "backend/cuda_backend.h"
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
 #include <sstream>
 #include <string>
 
@@ -29,15 +31,18 @@ std::shared_ptr<void> DeviceAlloc(size_t bytes) {
   return std::shared_ptr<void>(p, [](void* q) { (void)cudaFree(q); });
 }
 
-// A device buffer that only grows (a warmed-up step allocates nothing from it).
+// A device buffer that only grows (a warmed-up step allocates nothing from it). A replaced
+// buffer stays allocated: a captured step graph may still read it (it was large enough for
+// that graph's step).
 struct DeviceScratch {
   std::shared_ptr<void> ptr;
   size_t bytes = 0;
+  std::vector<std::shared_ptr<void>> retired;
   template <typename T>
   T* Get(int64_t n) {
     const size_t need = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T);
     if (need > bytes) {
-      ptr.reset();
+      if (ptr) retired.push_back(std::move(ptr));
       ptr = DeviceAlloc(need);
       bytes = need;
     }
@@ -51,11 +56,15 @@ struct DeviceScratch {
   }
 };
 
-// A prepared weight: f32 [rows, cols] row-major on the device.
+// A prepared weight on the device: f32 [rows, cols] for f32 models, else bf16 bits
+// [rows, k_padded] (k padded with zeros to the GEMM's k-tile) with its fixed k chunks.
 struct CudaWeight {
   std::shared_ptr<void> data;
-  int64_t rows = 0, cols = 0;
+  DType dtype = DType::kF32;  // kF32 or kBF16
+  int64_t rows = 0, cols = 0, k_padded = 0;
+  cuda::GemmSplits splits;
   const float* f32() const { return static_cast<const float*>(data.get()); }
+  const uint16_t* bf16() const { return static_cast<const uint16_t*>(data.get()); }
 };
 
 const CudaWeight& Impl(const Weight& w) {
@@ -65,6 +74,10 @@ const CudaWeight& Impl(const Weight& w) {
 
 struct CudaMoe {
   std::vector<float> score_bias;  // host copy for the host-side routing
+  // The router in f32 (bf16 values widened exactly), multiplied with f32 activations as the
+  // reference implementations do: a bf16 rounding of the activations could flip a near tie
+  // between experts and change the layer's output wholesale.
+  CudaWeight router_f32;
 };
 
 int64_t ElementBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
@@ -122,8 +135,45 @@ void CheckF32(const TensorView& v, const char* what) {
 
 struct CudaBackend::State {
   int device = 0;
-  cublasHandle_t cublas = nullptr;
-  cudaStream_t stream = nullptr;  // the legacy default stream: synchronous copies order with it
+  // Where ops launch: the legacy default stream (ordered with the synchronous copies), or
+  // graph_stream while a decode step is being captured into a CUDA graph.
+  cudaStream_t stream = nullptr;
+
+  // Decode steps as CUDA graphs (EnableStepGraphs): per batch size, the first step runs eagerly
+  // (it sizes every scratch buffer), the second is captured and launched, later ones replay it.
+  // Every kernel reads the step from the same device buffers, so a replay sees the new step.
+  enum class Phase { kEager, kCapturing, kReplaying };
+  bool graphs_enabled = false, has_moe = false;
+  Phase phase = Phase::kEager;
+  cudaStream_t graph_stream = nullptr;
+  cudaEvent_t uploaded = nullptr;
+  struct StepGraph {
+    int64_t batch = 0;
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::deque<StepGraph> graphs;  // stable addresses
+  StepGraph* graph = nullptr;  // the current step's
+  int64_t graph_launches = 0;
+  // Per-op device time (EnableOpTimes): each op synchronizes before and after itself.
+  bool time_ops = false;
+  std::vector<std::pair<std::string, double>> op_seconds;
+  void AddOpTime(const char* name, double seconds) {
+    for (auto& [n, t] : op_seconds) {
+      if (n == name) {
+        t += seconds;
+        return;
+      }
+    }
+    op_seconds.emplace_back(name, seconds);
+  }
+
+  // New workspace or cache memory may reuse addresses a graph was captured with: start over.
+  void DropGraphs() {
+    PAGODA_CHECK(phase == Phase::kEager) << "CudaBackend: memory allocated in the middle of a graphed step";
+    for (StepGraph& g : graphs) (void)cudaGraphExecDestroy(g.exec);
+    graphs.clear();
+    graph = nullptr;
+  }  // the legacy default stream: synchronous copies order with it
 
   // The current step, uploaded.
   const StepDescription* step = nullptr;
@@ -131,6 +181,9 @@ struct CudaBackend::State {
   std::vector<const int32_t*> host_token_tables;
 
   DeviceScratch staging;  // MatMul outputs that live on the host
+  DeviceScratch gemm_x, gemm_partial;  // bf16 copies of GEMM inputs; split-k partial sums
+  DeviceScratch attention_partial;     // split-KV partial outputs
+  int64_t max_keys = 0;                // the most keys a token of the step attends to
 
   struct RopeEntry {
     std::vector<double> inv_freq;
@@ -144,13 +197,35 @@ struct CudaBackend::State {
   std::vector<int32_t> host_ids, host_rows, host_dest;
   std::vector<int64_t> starts, fill;
 
+  // The largest GEMM operands prepared so far (ReserveScratch sizes the GEMM scratch from them).
+  int64_t max_k_padded = 0, max_rows = 0, max_partial_per_row = 0;
+
   // Preparation statistics since the last LogPrepared.
-  int64_t num_uploaded = 0, num_dequantized = 0, uploaded_bytes = 0;
+  int64_t num_uploaded = 0, num_bf16 = 0, num_dequantized = 0, uploaded_bytes = 0;
   std::string dequantized_types;
 
-  void Gemm(const CudaWeight& w, const TensorView& x, float* y, int64_t y_stride, float beta) {
+  void Gemm(const CudaWeight& w, const TensorView& x, float* y, int64_t y_stride, bool accumulate) {
     PAGODA_CHECK(x.cols == w.cols) << "CudaBackend::MatMul: x has " << x.cols << " columns, W " << w.cols;
-    cuda::GemmF32(cublas, x.f32(), x.row_stride, x.rows, w.f32(), w.rows, w.cols, y, y_stride, beta);
+    if (w.dtype == DType::kF32) {
+      cuda::GemmF32(x.f32(), x.row_stride, x.rows, w.f32(), w.rows, w.cols, y, y_stride, accumulate, stream);
+      return;
+    }
+    cuda::GemmBf16Params p;
+    p.x = x.f32();
+    p.x_stride = x.row_stride;
+    p.m = x.rows;
+    p.n = w.rows;
+    p.k = w.cols;
+    p.w = w.bf16();
+    p.k_padded = w.k_padded;
+    p.splits = w.splits;
+    p.y = y;
+    p.y_stride = y_stride;
+    p.accumulate = accumulate;
+    p.xb = gemm_x.Get<uint16_t>(x.rows * w.k_padded);
+    const int64_t partial = cuda::GemmBf16PartialFloats(x.rows, w.rows, w.splits);
+    p.partial = partial > 0 ? gemm_partial.Get<float>(partial) : nullptr;
+    cuda::GemmBf16(p, stream);
   }
   // y = down(silu(gate x) * up x) over x [m, dim] -> y [m, dim] contiguous.
   void SwiGlu(const Weight& gate, const Weight& up, const Weight& down, const TensorView& x, float* y) {
@@ -158,12 +233,42 @@ struct CudaBackend::State {
     const int64_t m = x.rows, ffn = g.rows;
     float* gb = moe_gate.Get<float>(m * ffn);
     float* ub = moe_up.Get<float>(m * ffn);
-    Gemm(g, x, gb, ffn, 0.0f);
-    Gemm(u, x, ub, ffn, 0.0f);
+    Gemm(g, x, gb, ffn, false);
+    Gemm(u, x, ub, ffn, false);
     cuda::SiluMulRows(gb, ffn, ub, ffn, gb, ffn, m, ffn, stream);
-    Gemm(d, TensorView::F32(gb, m, ffn, Device::kCuda), y, d.rows, 0.0f);
+    Gemm(d, TensorView::F32(gb, m, ffn, Device::kCuda), y, d.rows, false);
   }
 };
+
+namespace {
+// Times one op when op timing is on (synchronizing around it), else does nothing.
+class OpTimer {
+ public:
+  OpTimer(CudaBackend::State* s, const char* name) : s_(s->time_ops ? s : nullptr), name_(name) {
+    if (s_ == nullptr) return;
+    PAGODA_CUDA_CHECK(cudaDeviceSynchronize());
+    start_ = std::chrono::steady_clock::now();
+  }
+  ~OpTimer() {
+    if (s_ == nullptr) return;
+    (void)cudaDeviceSynchronize();
+    s_->AddOpTime(name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+
+ private:
+  CudaBackend::State* s_;
+  const char* name_;
+  std::chrono::steady_clock::time_point start_;
+};
+}  // namespace
+
+void CudaBackend::EnableOpTimes(bool on) {
+  s_->time_ops = on;
+  s_->op_seconds.clear();
+}
+std::vector<std::pair<std::string, double>> CudaBackend::OpTimes() const { return s_->op_seconds; }
 
 CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
   int count = 0;
@@ -178,16 +283,23 @@ CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
                 "CUDA device " << device << " does not exist (" << count << " found)");
   s_->device = device;
   PAGODA_CUDA_CHECK(cudaSetDevice(device));
-  PAGODA_CUDA_CHECK(cublasCreate(&s_->cublas));
-  // FP32 products stay FP32: no TF32 tensor-core rounding (the f32 goldens need it).
-  PAGODA_CUDA_CHECK(cublasSetMathMode(s_->cublas, CUBLAS_DEFAULT_MATH));
-  PAGODA_CUDA_CHECK(cublasSetStream(s_->cublas, s_->stream));
+  PAGODA_CUDA_CHECK(cudaStreamCreateWithFlags(&s_->graph_stream, cudaStreamNonBlocking));
+  PAGODA_CUDA_CHECK(cudaEventCreateWithFlags(&s_->uploaded, cudaEventDisableTiming));
   PAGODA_LOG(kInfo) << "CUDA backend on " << DeviceSummary();
 }
 
 CudaBackend::~CudaBackend() {
-  if (s_ && s_->cublas != nullptr) (void)cublasDestroy(s_->cublas);
+  if (!s_) return;
+  for (State::StepGraph& g : s_->graphs) (void)cudaGraphExecDestroy(g.exec);
+  if (s_->uploaded != nullptr) (void)cudaEventDestroy(s_->uploaded);
+  if (s_->graph_stream != nullptr) (void)cudaStreamDestroy(s_->graph_stream);
 }
+
+void CudaBackend::EnableStepGraphs(bool on) {
+  s_->graphs_enabled = on;
+  if (!on) s_->DropGraphs();
+}
+int64_t CudaBackend::num_step_graphs() const { return static_cast<int64_t>(s_->graphs.size()); }
 
 CudaBackend& DefaultCudaBackend() {
   static CudaBackend backend;  // a throwing constructor leaves it unmade: the next call retries
@@ -205,47 +317,138 @@ std::string CudaBackend::DeviceSummary() const {
 
 // ---- preparation ----
 
-Weight CudaBackend::PrepareWeight(const WeightMatrix& w, WeightLayout) {
-  Weight out;
-  out.dtype = w.dtype;
-  out.rows = w.rows;
-  out.cols = w.cols;
-  if (w.rows == 0) return out;
+namespace {
+
+// Rows of `parts` stacked in `order` (kernels/params/matmul_params.h), as one weight: f32 when
+// every part is f32, else bf16 with k padded to the GEMM's k-tile. Quantized and f16 values are
+// rounded to bf16 (counted in *rounded).
+std::shared_ptr<CudaWeight> UploadRows(std::span<const WeightMatrix> parts, StackOrder order, int64_t* rounded,
+                                       int64_t* bytes) {
   auto p = std::make_shared<CudaWeight>();
-  p->rows = w.rows;
-  p->cols = w.cols;
-  std::vector<float> host(static_cast<size_t>(w.rows * w.cols));
-  const bool quantized = DTypeIsQuantized(w.dtype);
-  for (int64_t r = 0; r < w.rows; ++r) {
-    float* row = host.data() + r * w.cols;
-    DequantizeRow(w.dtype, w.row(r), row, w.cols);
-    if (quantized) {
-      for (int64_t i = 0; i < w.cols; ++i) row[i] = Bf16ToF32(F32ToBf16(row[i]));
+  p->cols = parts[0].cols;
+  bool all_f32 = true;
+  for (const WeightMatrix& w : parts) {
+    PAGODA_CHECK(w.cols == p->cols) << "stacked weights of " << w.cols << " and " << p->cols << " columns";
+    p->rows += w.rows;
+    all_f32 = all_f32 && w.dtype == DType::kF32;
+    if (w.dtype != DType::kF32 && w.dtype != DType::kBF16) ++*rounded;
+  }
+  // Row r of the stack: (part, row in part).
+  std::vector<std::pair<int, int64_t>> source;
+  source.reserve(p->rows);
+  if (order == StackOrder::kPairs16) {
+    PAGODA_CHECK(parts.size() == 2 && parts[0].rows == parts[1].rows && parts[0].rows % 16 == 0)
+        << "kPairs16 stacks two parts of equal rows, a multiple of 16";
+    for (int64_t b = 0; b < parts[0].rows; b += 16) {
+      for (int part = 0; part < 2; ++part) {
+        for (int64_t j = 0; j < 16; ++j) source.emplace_back(part, b + j);
+      }
+    }
+  } else {
+    for (int part = 0; part < static_cast<int>(parts.size()); ++part) {
+      for (int64_t r = 0; r < parts[part].rows; ++r) source.emplace_back(part, r);
     }
   }
-  if (quantized) {
-    ++s_->num_dequantized;
-    const std::string name(DTypeName(w.dtype));
-    if (s_->dequantized_types.find(name) == std::string::npos) {
-      s_->dequantized_types += (s_->dequantized_types.empty() ? "" : ", ") + name;
+  std::vector<float> row(static_cast<size_t>(p->cols));
+  if (all_f32) {
+    p->dtype = DType::kF32;
+    p->k_padded = p->cols;
+    std::vector<float> host(static_cast<size_t>(p->rows * p->cols));
+    for (int64_t r = 0; r < p->rows; ++r) {
+      const WeightMatrix& w = parts[source[r].first];
+      DequantizeRow(w.dtype, w.row(source[r].second), host.data() + r * p->cols, p->cols);
+    }
+    p->data = DeviceAlloc(host.size() * sizeof(float));
+    PAGODA_CUDA_CHECK(cudaMemcpy(p->data.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+    *bytes += static_cast<int64_t>(host.size() * sizeof(float));
+    return p;
+  }
+  p->dtype = DType::kBF16;
+  p->k_padded = cuda::GemmPaddedK(p->cols);
+  p->splits = cuda::GemmSplitsFor(p->rows, p->k_padded);
+  std::vector<uint16_t> host(static_cast<size_t>(p->rows * p->k_padded), 0);
+  for (int64_t r = 0; r < p->rows; ++r) {
+    const WeightMatrix& w = parts[source[r].first];
+    uint16_t* out = host.data() + r * p->k_padded;
+    if (w.dtype == DType::kBF16) {
+      std::memcpy(out, w.row(source[r].second), p->cols * sizeof(uint16_t));
+    } else {
+      DequantizeRow(w.dtype, w.row(source[r].second), row.data(), p->cols);
+      for (int64_t i = 0; i < p->cols; ++i) out[i] = F32ToBf16(row[i]);
     }
   }
-  p->data = DeviceAlloc(host.size() * sizeof(float));
-  PAGODA_CUDA_CHECK(cudaMemcpy(p->data.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  p->data = DeviceAlloc(host.size() * sizeof(uint16_t));
+  PAGODA_CUDA_CHECK(cudaMemcpy(p->data.get(), host.data(), host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+  *bytes += static_cast<int64_t>(host.size() * sizeof(uint16_t));
+  return p;
+}
+
+}  // namespace
+
+Weight CudaBackend::PrepareWeight(const WeightMatrix& w, WeightLayout) {
+  return PrepareStacked(std::span<const WeightMatrix>(&w, 1), StackOrder::kConcat);
+}
+
+Weight CudaBackend::PrepareStacked(std::span<const WeightMatrix> parts, StackOrder order) {
+  Weight out;
+  PAGODA_CHECK(!parts.empty()) << "PrepareStacked: no parts";
+  // gate|up pairs need both parts' rows in whole groups of 16; otherwise the model runs them alone.
+  if (order == StackOrder::kPairs16 &&
+      (parts.size() != 2 || parts[0].rows != parts[1].rows || parts[0].rows % 16 != 0)) {
+    return out;
+  }
+  out.dtype = parts[0].dtype;
+  out.cols = parts[0].cols;
+  for (const WeightMatrix& w : parts) {
+    out.rows += w.rows;
+    if (w.dtype != out.dtype) out.dtype = DType::kBF16;
+  }
+  if (out.rows == 0) return out;
+  int64_t rounded = 0;
+  auto p = UploadRows(parts, order, &rounded, &s_->uploaded_bytes);
+  s_->max_k_padded = std::max(s_->max_k_padded, p->k_padded);
+  s_->max_rows = std::max(s_->max_rows, p->rows);
+  s_->max_partial_per_row = std::max(s_->max_partial_per_row, cuda::GemmBf16PartialFloats(1, p->rows, p->splits));
   ++s_->num_uploaded;
-  s_->uploaded_bytes += static_cast<int64_t>(host.size() * sizeof(float));
+  if (p->dtype == DType::kBF16) ++s_->num_bf16;
+  if (rounded > 0) {
+    s_->num_dequantized += rounded;
+    for (const WeightMatrix& w : parts) {
+      if (w.dtype == DType::kF32 || w.dtype == DType::kBF16) continue;
+      const std::string name(DTypeName(w.dtype));
+      if (s_->dequantized_types.find(name) == std::string::npos) {
+        s_->dequantized_types += (s_->dequantized_types.empty() ? "" : ", ") + name;
+      }
+    }
+  }
   out.impl = std::move(p);
   return out;
 }
 
-Weight CudaBackend::PrepareStacked(std::span<const WeightMatrix>, StackOrder) { return Weight{}; }
-
 void CudaBackend::PrepareMoe(MoeLayer* layer) {
+  s_->has_moe = true;  // MoE routing syncs with the host mid-step: no step graphs
   auto m = std::make_shared<CudaMoe>();
   if (!layer->score_bias.empty()) {
     const TensorView& v = layer->score_bias.view;
     m->score_bias.resize(v.cols);
     PAGODA_CUDA_CHECK(cudaMemcpy(m->score_bias.data(), v.data, v.cols * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+  const CudaWeight& router = Impl(layer->router);
+  if (router.dtype == DType::kF32) {
+    m->router_f32 = router;
+  } else {
+    std::vector<uint16_t> bits(static_cast<size_t>(router.rows * router.k_padded));
+    PAGODA_CUDA_CHECK(cudaMemcpy(bits.data(), router.bf16(), bits.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    std::vector<float> wide(static_cast<size_t>(router.rows * router.cols));
+    for (int64_t r = 0; r < router.rows; ++r) {
+      for (int64_t c = 0; c < router.cols; ++c) wide[r * router.cols + c] = Bf16ToF32(bits[r * router.k_padded + c]);
+    }
+    CudaWeight& w = m->router_f32;
+    w.dtype = DType::kF32;
+    w.rows = router.rows;
+    w.cols = w.k_padded = router.cols;
+    w.data = DeviceAlloc(wide.size() * sizeof(float));
+    PAGODA_CUDA_CHECK(cudaMemcpy(w.data.get(), wide.data(), wide.size() * sizeof(float), cudaMemcpyHostToDevice));
   }
   layer->impl = std::move(m);
 }
@@ -261,25 +464,28 @@ PreparedVector CudaBackend::PrepareVector(std::span<const float> v) {
 
 void CudaBackend::LogPrepared(std::string_view model_name) {
   if (s_->num_uploaded > 0) {
-    PAGODA_LOG(kInfo) << model_name << ": uploaded " << s_->num_uploaded << " weight matrices to the GPU as f32 ("
-                      << s_->uploaded_bytes / (1 << 20) << " MiB; FP32 cuBLAS GEMMs, no TF32)";
+    PAGODA_LOG(kInfo) << model_name << ": uploaded " << s_->num_uploaded << " weight matrices to the GPU ("
+                      << s_->uploaded_bytes / (1 << 20) << " MiB; " << s_->num_bf16
+                      << " bf16 on tensor cores, " << s_->num_uploaded - s_->num_bf16 << " f32 without TF32)";
   }
   if (s_->num_dequantized > 0) {
-    PAGODA_LOG(kInfo) << model_name << ": " << s_->num_dequantized << " quantized matrices ("
-                      << s_->dequantized_types << ") dequantized to bf16 at load for the CUDA backend";
+    PAGODA_LOG(kInfo) << model_name << ": " << s_->num_dequantized << " matrices (" << s_->dequantized_types
+                      << ") rounded to bf16 at load for the CUDA backend";
   }
-  s_->num_uploaded = s_->num_dequantized = s_->uploaded_bytes = 0;
+  s_->num_uploaded = s_->num_bf16 = s_->num_dequantized = s_->uploaded_bytes = 0;
   s_->dequantized_types.clear();
 }
 
 // ---- memory ----
 
 std::shared_ptr<float> CudaBackend::Allocate(int64_t floats) {
+  s_->DropGraphs();
   std::shared_ptr<void> p = DeviceAlloc(static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float));
   return std::shared_ptr<float>(p, static_cast<float*>(p.get()));
 }
 
 std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape) {
+  s_->DropGraphs();
   KVCacheSupport support;
   support.wide_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
   support.formats = {};  // fp8/int8/int4/nvfp4/kivi2: not on the GPU yet
@@ -287,6 +493,20 @@ std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape)
   support.tensor_scales = false;
   CheckKVCacheSupport(shape, support, name());
   return std::make_unique<CudaKVCache>(shape);
+}
+
+void CudaBackend::ReserveScratch(int64_t max_tokens, int64_t max_logits) {
+  State& s = *s_;
+  s.gemm_x.Get<uint16_t>(max_tokens * s.max_k_padded);
+  // Split-k partial sums exist for at most 64 rows (kernels/cuda/gemm.cu).
+  s.gemm_partial.Get<float>(std::min<int64_t>(max_tokens, 64) * s.max_partial_per_row);
+  s.staging.Get<float>(max_logits * s.max_rows);
+}
+
+CudaBackend::MemoryInfo CudaBackend::DeviceMemory() const {
+  size_t free = 0, total = 0;
+  PAGODA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return {static_cast<int64_t>(total), static_cast<int64_t>(total - free)};
 }
 
 void CudaBackend::CopyBlock(KVCache& cache, int32_t src, int32_t dst) {
@@ -306,6 +526,7 @@ void CudaBackend::CopyBlock(KVCache& cache, int32_t src, int32_t dst) {
 // ---- one step ----
 
 void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
+  OpTimer timer(s_.get(), "BeginStep");
   PAGODA_CHECK(step.block_size == cache.shape().block_size)
       << "step made for block size " << step.block_size << ", cache has " << cache.shape().block_size;
   State& s = *s_;
@@ -322,10 +543,38 @@ void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
     }
   }
   s.token_tables.Upload(s.host_token_tables.data(), n);
+  s.max_keys = 0;
+  for (int32_t pos : step.positions) s.max_keys = std::max<int64_t>(s.max_keys, pos + 1);
   s.logits_index.Upload(step.logits_indices.data(), step.num_logits());
+
+  // A decode step (one token and one logits row per sequence) may run as a graph.
+  s.phase = State::Phase::kEager;
+  s.stream = nullptr;
+  s.graph = nullptr;
+  const bool decode = n > 0 && step.num_seqs() == n && step.num_logits() == n;
+  if (s.graphs_enabled && !s.has_moe && decode) {
+    for (State::StepGraph& g : s.graphs) {
+      if (g.batch == n) s.graph = &g;
+    }
+    if (s.graph == nullptr) {  // first step of this size: eager, sizing the scratch
+      s.graphs.push_back({n, nullptr});
+    } else {
+      // The uploads above go through the legacy stream; the graph stream waits for them.
+      PAGODA_CUDA_CHECK(cudaEventRecord(s.uploaded, nullptr));
+      PAGODA_CUDA_CHECK(cudaStreamWaitEvent(s.graph_stream, s.uploaded, 0));
+      if (s.graph->exec == nullptr) {
+        s.phase = State::Phase::kCapturing;
+        s.stream = s.graph_stream;
+        PAGODA_CUDA_CHECK(cudaStreamBeginCapture(s.graph_stream, cudaStreamCaptureModeRelaxed));
+      } else {
+        s.phase = State::Phase::kReplaying;
+      }
+    }
+  }
 }
 
 void CudaBackend::Embedding(const Weight& table, const TensorView& out) {
+  OpTimer timer(s_.get(), "Embedding");
   CheckF32(out, "embedding output");
   PAGODA_CHECK(s_->step != nullptr) << "CudaBackend: an op before BeginStep";
   const StepDescription& step = *s_->step;
@@ -335,35 +584,68 @@ void CudaBackend::Embedding(const Weight& table, const TensorView& out) {
     PAGODA_ENSURE(id >= 0 && id < w.rows, ErrorCode::kInvalidArgument,
                   "token id " << id << " is outside the vocabulary (size " << w.rows << ")");
   }
-  cuda::GatherRows(w.f32(), w.cols, s_->token_ids.Get<int32_t>(0), step.num_tokens(), out.cols, out.f32(),
-                   out.row_stride, s_->stream);
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (w.dtype == DType::kF32) {
+    cuda::GatherRows(w.f32(), w.cols, s_->token_ids.Get<int32_t>(0), step.num_tokens(), out.cols, out.f32(),
+                     out.row_stride, s_->stream);
+  } else {
+    cuda::GatherRowsBf16(w.bf16(), w.k_padded, s_->token_ids.Get<int32_t>(0), step.num_tokens(), out.cols,
+                         out.f32(), out.row_stride, s_->stream);
+  }
 }
 
 void CudaBackend::MatMul(const Weight& weight, const TensorView& x, const TensorView& y, const Epilogue& ep) {
+  OpTimer timer(s_.get(), "MatMul");
   CheckF32(x, "MatMul input");
   const CudaWeight& w = Impl(weight);
+  State& s = *s_;
   switch (ep.kind) {
     case Epilogue::Kind::kNone:
       if (IsDevicePointer(y.data)) {
-        s_->Gemm(w, x, y.f32(), y.row_stride, 0.0f);
-      } else {  // host rows (the logits the engine hands in): through device scratch
-        float* d = s_->staging.Get<float>(x.rows * w.rows);
-        s_->Gemm(w, x, d, w.rows, 0.0f);
-        PAGODA_CUDA_CHECK(cudaMemcpy2D(y.data, y.row_stride * sizeof(float), d, w.rows * sizeof(float),
-                                       w.rows * sizeof(float), x.rows, cudaMemcpyDeviceToHost));
+        if (s.phase == State::Phase::kReplaying) return;
+        s.Gemm(w, x, y.f32(), y.row_stride, false);
+      } else {
+        // Host rows: the logits the engine hands in, the end of a step. Through device scratch;
+        // a captured step ends its graph here and launches it, a replayed one just launches.
+        float* d = s.staging.Get<float>(x.rows * w.rows);
+        if (s.phase != State::Phase::kReplaying) s.Gemm(w, x, d, w.rows, false);
+        if (s.phase == State::Phase::kCapturing) {
+          cudaGraph_t graph = nullptr;
+          PAGODA_CUDA_CHECK(cudaStreamEndCapture(s.graph_stream, &graph));
+          const cudaError_t e = cudaGraphInstantiate(&s.graph->exec, graph, 0);
+          (void)cudaGraphDestroy(graph);
+          PAGODA_CUDA_CHECK(e);
+        }
+        if (s.phase != State::Phase::kEager) {
+          PAGODA_CUDA_CHECK(cudaGraphLaunch(s.graph->exec, s.graph_stream));
+          ++s.graph_launches;
+          PAGODA_CUDA_CHECK(cudaMemcpy2DAsync(y.data, y.row_stride * sizeof(float), d, w.rows * sizeof(float),
+                                              w.rows * sizeof(float), x.rows, cudaMemcpyDeviceToHost,
+                                              s.graph_stream));
+          PAGODA_CUDA_CHECK(cudaStreamSynchronize(s.graph_stream));
+          s.phase = State::Phase::kEager;
+          s.stream = nullptr;
+        } else {
+          PAGODA_CUDA_CHECK(cudaMemcpy2D(y.data, y.row_stride * sizeof(float), d, w.rows * sizeof(float),
+                                         w.rows * sizeof(float), x.rows, cudaMemcpyDeviceToHost));
+        }
       }
       return;
     case Epilogue::Kind::kAddTo:
-      s_->Gemm(w, x, ep.out.f32(), ep.out.row_stride, 1.0f);
+      if (s.phase == State::Phase::kReplaying) return;
+      s.Gemm(w, x, ep.out.f32(), ep.out.row_stride, true);
       return;
     case Epilogue::Kind::kSiluMulPairs:
-      s_->Gemm(w, x, y.f32(), y.row_stride, 0.0f);
-      cuda::SiluMulPairs16(y.f32(), y.row_stride, ep.out.f32(), ep.out.row_stride, x.rows, w.rows / 2, s_->stream);
+      if (s.phase == State::Phase::kReplaying) return;
+      s.Gemm(w, x, y.f32(), y.row_stride, false);
+      cuda::SiluMulPairs16(y.f32(), y.row_stride, ep.out.f32(), ep.out.row_stride, x.rows, w.rows / 2, s.stream);
       return;
   }
 }
 
 void CudaBackend::RmsNorm(const TensorView& x, const TensorView& weight, double eps, const TensorView& y) {
+  OpTimer timer(s_.get(), "RmsNorm");
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
   CheckF32(x, "RmsNorm input");
   RmsNormParams p;
   p.x = x.f32();
@@ -378,24 +660,34 @@ void CudaBackend::RmsNorm(const TensorView& x, const TensorView& weight, double 
 }
 
 void CudaBackend::AddBias(const TensorView& bias, const TensorView& x) {
+  OpTimer timer(s_.get(), "AddBias");
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
   cuda::AddBiasRows(bias.f32(), x.f32(), x.row_stride, x.rows, x.cols, s_->stream);
 }
 
 void CudaBackend::Add(const TensorView& y, const TensorView& x) {
+  OpTimer timer(s_.get(), "Add");
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
   cuda::AddRows(y.f32(), y.row_stride, x.f32(), x.row_stride, x.rows, x.cols, s_->stream);
 }
 
 void CudaBackend::SiluMul(const TensorView& gate, const TensorView& up, const TensorView& out) {
+  OpTimer timer(s_.get(), "SiluMul");
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
   cuda::SiluMulRows(gate.f32(), gate.row_stride, up.f32(), up.row_stride, out.f32(), out.row_stride, out.rows,
                     out.cols, s_->stream);
 }
 
 void CudaBackend::Copy(const TensorView& src, const TensorView& dst) {
+  OpTimer timer(s_.get(), "Copy");
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
   PAGODA_CHECK(src.rows == dst.rows && src.cols == dst.cols) << "CudaBackend::Copy: shapes differ";
   cuda::CopyRows(src.f32(), src.row_stride, dst.f32(), dst.row_stride, src.rows, src.cols, s_->stream);
 }
 
 void CudaBackend::GatherLogitRows(const TensorView& x, const TensorView& out) {
+  OpTimer timer(s_.get(), "GatherLogitRows");
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
   PAGODA_CHECK(s_->step != nullptr) << "CudaBackend: an op before BeginStep";
   for (int32_t t : s_->step->logits_indices) PAGODA_CHECK(t >= 0 && t < x.rows) << "logits index " << t;
   cuda::GatherRows(x.f32(), x.row_stride, s_->logits_index.Get<int32_t>(0), s_->step->num_logits(), x.cols,
@@ -404,6 +696,8 @@ void CudaBackend::GatherLogitRows(const TensorView& x, const TensorView& out) {
 
 void CudaBackend::Rope(const RopeParams& rope, const TensorView& x, int64_t num_heads, int64_t head_stride,
                        int64_t offset) {
+  OpTimer timer(s_.get(), "Rope");
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
   PAGODA_CHECK(s_->step != nullptr) << "CudaBackend: an op before BeginStep";
   // inv_freq on the device, uploaded once per distinct table.
   State::RopeEntry* entry = nullptr;
@@ -431,6 +725,8 @@ void CudaBackend::Rope(const RopeParams& rope, const TensorView& x, int64_t num_
 }
 
 void CudaBackend::WriteKV(KVCache& cache, int64_t layer, const TensorView& k, const TensorView& v) {
+  OpTimer timer(s_.get(), "WriteKV");
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
   CudaKVCache& c = Cache(cache);
   PAGODA_CHECK(k.cols == c.k_width() && v.cols == c.v_width())
       << "WriteKV: rows of " << k.cols << "/" << v.cols << " values, cache holds " << c.k_width() << "/" << c.v_width();
@@ -455,6 +751,8 @@ void CudaBackend::ObserveQueries(KVCache&, int64_t, const TensorView&, int64_t, 
 
 void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionLayer& a, const TensorView& q,
                                  const TensorView& out) {
+  OpTimer timer(s_.get(), "PagedAttention");
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
   PAGODA_CHECK(q.contiguous() && out.contiguous()) << "CudaBackend::PagedAttention: q and out must be contiguous";
   CudaKVCache& c = Cache(cache);
   PAGODA_CHECK(a.num_kv_heads == c.shape().num_kv_heads && a.head_dim == c.shape().head_dim)
@@ -474,11 +772,16 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
   p.block_tables = s_->token_tables.Get<const int32_t*>(0);
   p.scale = a.scale;
   p.sliding_window = a.sliding_window;
-  cuda::PagedAttention(p, s_->stream);
+  float* scratch = s_->attention_partial.Get<float>(cuda::PagedAttentionScratchFloats(q.rows, a.num_heads, a.head_dim));
+  // A captured graph serves later steps with longer contexts: its grid covers every split.
+  const int64_t keys = s_->phase == State::Phase::kCapturing ? int64_t{1} << 40 : s_->max_keys;
+  cuda::PagedAttention(p, keys, scratch, s_->stream);
 }
 
 void CudaBackend::MlaAttention(KVCache& cache, int64_t layer, int64_t num_heads, float scale, const TensorView& q,
                                const TensorView& out) {
+  OpTimer timer(s_.get(), "MlaAttention");
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
   PAGODA_CHECK(q.contiguous() && out.contiguous()) << "CudaBackend::MlaAttention: q and out must be contiguous";
   CudaKVCache& c = Cache(cache);
   const KVStorageShape& cs = c.shape();
@@ -501,6 +804,7 @@ void CudaBackend::MlaAttention(KVCache& cache, int64_t layer, int64_t num_heads,
 }
 
 void CudaBackend::Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorView& x, const TensorView& y) {
+  OpTimer timer(s_.get(), "Moe");
   PAGODA_CHECK(layer.impl != nullptr) << "CudaBackend::Moe: the layer was not prepared (PrepareMoe)";
   PAGODA_CHECK(x.contiguous() && y.contiguous()) << "CudaBackend::Moe: x and y must be contiguous";
   const auto& moe = *static_cast<const CudaMoe*>(layer.impl.get());
@@ -510,7 +814,7 @@ void CudaBackend::Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorVi
   if (n == 0) return;
   // The router on the device, the routing decision on the host (kernels/cpu/moe.cc's).
   float* logits = s.moe_logits.Get<float>(n * ne);
-  s.Gemm(Impl(layer.router), x, logits, ne, 0.0f);
+  s.Gemm(moe.router_f32, x, logits, ne, false);
   s.host_logits.resize(n * ne);
   PAGODA_CUDA_CHECK(cudaMemcpy(s.host_logits.data(), logits, n * ne * sizeof(float), cudaMemcpyDeviceToHost));
   s.host_ids.resize(n * k);

@@ -23,7 +23,9 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -51,6 +53,9 @@ class CudaBackend : public Backend {
   std::shared_ptr<float> Allocate(int64_t floats) override;
   std::unique_ptr<KVCache> CreateKVCache(const KVStorageShape& shape) override;
   void CopyBlock(KVCache& cache, int32_t src, int32_t dst) override;
+  void EnableStepGraphs(bool on) override;
+  void ReserveScratch(int64_t max_tokens, int64_t max_logits) override;
+  MemoryInfo DeviceMemory() const override;
 
   void BeginStep(const StepDescription& step, KVCache& cache) override;
   void Embedding(const Weight& table, const TensorView& out) override;
@@ -85,6 +90,12 @@ class CudaBackend : public Backend {
   void Synchronize();
   // The device's name and memory (for logs and gpu-check's table).
   std::string DeviceSummary() const;
+  // Decode-step graphs captured so far (one per batch size seen twice).
+  int64_t num_step_graphs() const;
+  // Benchmarks: seconds per op kind (MatMul, PagedAttention, ...) since EnableOpTimes(true),
+  // each op synchronized before and after (so only meaningful with step graphs off).
+  void EnableOpTimes(bool on);
+  std::vector<std::pair<std::string, double>> OpTimes() const;
 
   struct State;  // device buffers of the current step, the cuBLAS handle, scratch
 

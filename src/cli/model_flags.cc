@@ -49,6 +49,8 @@ void ModelFlags::Add(CLI::App* app) {
   app->add_option("--device", device, "where the model runs: cpu | cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  app->add_flag("--enforce-eager", enforce_eager,
+                "launch every op of a decode step (no CUDA graphs; as vLLM's --enforce-eager)");
 }
 
 std::unique_ptr<Model> ModelFlags::LoadModel() const {
@@ -63,7 +65,10 @@ std::unique_ptr<Model> ModelFlags::LoadModel() const {
     ThrowUnsupported("--device cuda: this pagoda was built without CUDA (configure with -DPAGODA_CUDA=ON)");
 #endif
   }
-  return pagoda::LoadModel(model, options);
+  auto m = pagoda::LoadModel(model, options);
+  // Every command ends its steps with the logits in host memory, which step graphs need.
+  m->backend().EnableStepGraphs(!enforce_eager);
+  return m;
 }
 
 std::unique_ptr<Tokenizer> ModelFlags::LoadTokenizer(const Model& m) const {
@@ -101,7 +106,7 @@ DType ModelFlags::KVDType(const Model& m) const {
 void EngineFlags::Add(CLI::App* app) {
   app->add_option("--kv-cache-memory", kv_cache_memory, "KV cache size, e.g. 512MiB or 2GiB (default: half the available RAM)");
   app->add_option("--gpu-memory-utilization", gpu_memory_utilization,
-                  "fraction of device memory for weights, activations and KV (devices that report memory)");
+                  "fraction of device memory for weights, activations and KV (default 0.9 on a GPU)");
   app->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
                 "automatic prefix caching (default on)");
   app->add_option("--prefix-caching-hash-algo", prefix_caching_hash_algo, "sha256 | xxhash")->capture_default_str();
@@ -125,6 +130,13 @@ EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, Model& model) cons
   // make is allocated now, and it and the weights stay outside the KV budget.
   model.ReserveWorkspace(max_num_batched_tokens, max_num_seqs);
   o.non_kv_bytes = model.WeightBytesPerToken() + model.workspace_bytes();
+  // A device with its own memory (CUDA): the budget is --gpu-memory-utilization (default 0.9)
+  // of the device, less everything in use now that the weights and scratch are allocated.
+  if (const Backend::MemoryInfo mem = model.backend().DeviceMemory(); mem.total > 0) {
+    o.device_total_bytes = mem.total;
+    o.non_kv_bytes = mem.used;
+    if (!o.gpu_memory_utilization) o.gpu_memory_utilization = kDefaultGpuMemoryUtilization;
+  }
   // On the CPU, never take more than the sequences the engine could run at once.
   o.max_kv_tokens = max_num_seqs * o.max_model_len;
   c.kv = ComputeKVCacheConfig(o);

@@ -23,6 +23,9 @@
 
 namespace pagoda {
 
+// A device's default --gpu-memory-utilization (vLLM's).
+inline constexpr double kDefaultGpuMemoryUtilization = 0.9;
+
 // The CPU default: half the RAM that is available once the weights are accounted for.
 inline constexpr double kDefaultCpuKVFraction = 0.5;
 

@@ -11,11 +11,4 @@ void ThrowCudaError(cudaError_t e, const char* what, const char* file, int line)
   ThrowError(ErrorCode::kInternal, s.str());
 }
 
-void ThrowCublasError(cublasStatus_t st, const char* what, const char* file, int line) {
-  std::ostringstream s;
-  s << "cuBLAS error " << cublasGetStatusName(st) << " (" << cublasGetStatusString(st) << ") in " << what << " at "
-    << file << ":" << line;
-  ThrowError(ErrorCode::kInternal, s.str());
-}
-
 }  // namespace pagoda::cuda

@@ -1,10 +1,9 @@
-// Error checks for CUDA runtime and cuBLAS calls: every call is checked, and every kernel
+// Error checks for CUDA runtime calls: every call is checked, and every kernel
 // launch is followed by PAGODA_CUDA_CHECK_LAUNCH (cudaGetLastError). A failure throws
 // pagoda::Error (kInternal) naming the call, the file and line and the CUDA error string;
 // library code never exits.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include "core/error.h"
@@ -12,13 +11,9 @@
 namespace pagoda::cuda {
 
 [[noreturn]] void ThrowCudaError(cudaError_t e, const char* what, const char* file, int line);
-[[noreturn]] void ThrowCublasError(cublasStatus_t s, const char* what, const char* file, int line);
 
 inline void Check(cudaError_t e, const char* what, const char* file, int line) {
   if (e != cudaSuccess) ThrowCudaError(e, what, file, line);
-}
-inline void Check(cublasStatus_t s, const char* what, const char* file, int line) {
-  if (s != CUBLAS_STATUS_SUCCESS) ThrowCublasError(s, what, file, line);
 }
 
 }  // namespace pagoda::cuda

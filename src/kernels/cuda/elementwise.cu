@@ -76,6 +76,16 @@ void GatherRows(const float* x, int64_t xs, const int32_t* index, int64_t n, int
              "GatherRows");
 }
 
+void GatherRowsBf16(const uint16_t* x, int64_t xs, const int32_t* index, int64_t n, int64_t cols, float* out,
+                    int64_t os, cudaStream_t stream) {
+  LaunchRows(n, cols, stream,
+             [=] __device__(int64_t r, int64_t c) {
+               const uint32_t bits = x[static_cast<int64_t>(index[r]) * xs + c];
+               out[r * os + c] = __uint_as_float(bits << 16);
+             },
+             "GatherRowsBf16");
+}
+
 void ScatterRows(const float* x, int64_t xs, const int32_t* index, int64_t n, int64_t cols, float* out, int64_t os,
                  cudaStream_t stream) {
   LaunchRows(n, cols, stream,

@@ -26,6 +26,9 @@ void CopyRows(const float* src, int64_t src_stride, float* dst, int64_t dst_stri
 // out[i] = x[index[i]] for i < n (index: [n] int32 device)
 void GatherRows(const float* x, int64_t x_stride, const int32_t* index, int64_t n, int64_t cols, float* out,
                 int64_t out_stride, cudaStream_t stream);
+// The same from bf16 rows (bits), widened exactly to f32.
+void GatherRowsBf16(const uint16_t* x, int64_t x_stride, const int32_t* index, int64_t n, int64_t cols, float* out,
+                    int64_t out_stride, cudaStream_t stream);
 // out[index[i]] = x[i] for i < n
 void ScatterRows(const float* x, int64_t x_stride, const int32_t* index, int64_t n, int64_t cols, float* out,
                  int64_t out_stride, cudaStream_t stream);

@@ -1,20 +1,67 @@
-// y = x W^T through cuBLAS in f32 (FP32 compute, no TF32): x [n, k] with row stride
-// x_stride, W [m, k] row-major (f32, device), y [n, m] with row stride y_stride;
-// beta = 1 adds the product to y (the kAddTo epilogue), beta = 0 overwrites it.
+// y = x W^T on the GPU, the same bits for a row whatever the number of rows (batch invariance).
 //
-// Batch invariance is NOT guaranteed on this path: cuBLAS picks its kernel (tiles, split-K)
-// by shape, so a row's bits may change with the number of rows in the batch (measured on
-// the H200 for bf16 at N = K = 4096: row 0 differs between M = 1 and M >= 64). The invariant GEMM (CUTLASS sm90 kernels sharing one K order, or a
-// fixed split-K) replaces this later.
+//   x [m, k] f32 (row stride x_stride), W [n, k] row-major, y [m, n] f32 (row stride y_stride);
+//   accumulate = true adds the product to y (the kAddTo epilogue).
+//
+// Two weight types:
+//   - bf16 W (every bf16/f16/quantized model): tensor cores (mma.sync m16n8k16, bf16 operands,
+//     f32 accumulation). x is rounded to bf16 first (GemmBf16's scratch `xb`, zero-padded to
+//     the weight's padded k). W is stored with k padded to a multiple of 64 (zeros).
+//   - f32 W (f32 models): CUDA cores, f32 products and sums in k order (no TF32).
+//
+// Why the bits do not depend on m: every output element is summed in one fixed order that only
+// (n, k) decide. The k axis is cut into `splits` chunks of `chunk` values (chosen per weight
+// from n and k alone, GemmSplitsFor); inside a chunk the products are added k-tile by k-tile
+// (64 wide, four mma k-steps in order) into a zero-started accumulator; the chunk sums are then
+// added in chunk order (total = c0 + c1 + c2 ...), and last to y when accumulating. Kernels with
+// different tiles (chosen by m) and the two ways of running the chunks (one block walking all of
+// them for large m; one block per chunk plus an ordered reduction for small m, to feed every SM
+// at decode) all follow that order, so they agree bit for bit.
 #pragma once
 
-#include <cublas_v2.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
 namespace pagoda::cuda {
 
-void GemmF32(cublasHandle_t handle, const float* x, int64_t x_stride, int64_t n, const float* w, int64_t m, int64_t k,
-             float* y, int64_t y_stride, float beta);
+inline constexpr int64_t kGemmKTile = 64;
+
+// The k chunks for a weight [n, k]: more chunks for few output tiles (decode streams the
+// weight through every SM), one for wide weights. A function of (n, k) only.
+struct GemmSplits {
+  int32_t splits = 1;
+  int64_t chunk = 0;  // values per chunk, a multiple of kGemmKTile; the last chunk may be shorter
+};
+GemmSplits GemmSplitsFor(int64_t n, int64_t k_padded);
+
+// k rounded up to the k-tile: the row length of a stored bf16 weight.
+inline int64_t GemmPaddedK(int64_t k) { return (k + kGemmKTile - 1) / kGemmKTile * kGemmKTile; }
+
+struct GemmBf16Params {
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  int64_t m = 0, n = 0, k = 0;
+  const uint16_t* w = nullptr;  // bf16 bits [n, k_padded]
+  int64_t k_padded = 0;
+  GemmSplits splits;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+  bool accumulate = false;
+  // Scratch the caller owns (device): xb [m, k_padded] bf16; partial [splits, m, n] f32 when
+  // splits > 1 and m is small (GemmBf16PartialFloats says how many floats).
+  uint16_t* xb = nullptr;
+  float* partial = nullptr;
+};
+int64_t GemmBf16PartialFloats(int64_t m, int64_t n, const GemmSplits& s);
+void GemmBf16(const GemmBf16Params& p, cudaStream_t stream);
+
+// f32 weights: y (+)= x W^T with f32 products summed in k order.
+void GemmF32(const float* x, int64_t x_stride, int64_t m, const float* w, int64_t n, int64_t k, float* y,
+             int64_t y_stride, bool accumulate, cudaStream_t stream);
+
+// x [rows, cols] f32 -> out [rows, cols_padded] bf16 bits (round to nearest even), zeros past cols.
+void ConvertToBf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, int64_t cols_padded, uint16_t* out,
+                   cudaStream_t stream);
 
 }  // namespace pagoda::cuda

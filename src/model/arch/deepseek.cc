@@ -164,7 +164,10 @@ DeepseekModel::Buffers DeepseekModel::Views(int64_t n, int64_t m) {
   return v;
 }
 
-void DeepseekModel::ReserveWorkspace(int64_t max_tokens, int64_t max_logits) { Views(max_tokens, max_logits); }
+void DeepseekModel::ReserveWorkspace(int64_t max_tokens, int64_t max_logits) {
+  Views(max_tokens, max_logits);
+  backend().ReserveScratch(max_tokens, max_logits);
+}
 
 void DeepseekModel::Attention(int64_t l, Backend& backend, KVCache& cache, const Buffers& B) {
   const Layer& L = layers_[l];

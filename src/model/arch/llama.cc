@@ -86,7 +86,10 @@ LlamaModel::Buffers LlamaModel::Views(int64_t n, int64_t m) {
   return v;
 }
 
-void LlamaModel::ReserveWorkspace(int64_t max_tokens, int64_t max_logits) { Views(max_tokens, max_logits); }
+void LlamaModel::ReserveWorkspace(int64_t max_tokens, int64_t max_logits) {
+  Views(max_tokens, max_logits);
+  backend().ReserveScratch(max_tokens, max_logits);
+}
 
 void LlamaModel::Forward(const StepDescription& step, Backend& backend, KVCache& cache, const TensorView& logits,
                          const ForwardObserver* observer) {

@@ -1,0 +1,290 @@
+// pagoda_cuda_bench: the CUDA backend's kernels on the device, timed, as ratios to ceilings
+// measured in the same run (run by scripts/gpu-check beside ../shared/tools/gpu_baselines.py).
+//
+//   pagoda_cuda_bench [--quick] [--model dummy:llama-3-8b] [--enforce-eager]
+//
+// Prints one line per measurement:
+//   copy      device-to-device copy of 2 GiB: GB/s counting bytes read + written (the decode
+//             roofline);
+//   gemm      bf16 MatMul y = x W^T at m rows for Llama-3-8B's projection shapes: TFLOP/s and the
+//             weight-read GB/s (the decode view); weights rotate over 4 copies (> L2);
+//   decode-attn paged decode attention, one query token per sequence: GB/s of K/V read once;
+//   prefill/decode  with --model: the whole model through Model::Forward (BenchModel).
+// Each figure is the median of repeated timings after a warm-up (host clock around
+// synchronized batches of launches).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda_backend.h"
+#include "backend/step_description.h"
+#include "core/dtype.h"
+#include "kernels/params/attention_params.h"
+#include "kv/kv_format.h"
+#include "model/model.h"
+
+namespace pagoda {
+namespace {
+
+// Median seconds per call of fn over `reps` batches of `inner` calls.
+double Time(CudaBackend& gpu, const std::function<void()>& fn, int inner, int reps) {
+  for (int i = 0; i < inner; ++i) fn();
+  gpu.Synchronize();
+  std::vector<double> ts;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < inner; ++i) fn();
+    gpu.Synchronize();
+    ts.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / inner);
+  }
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TensorView Device(CudaBackend& gpu, std::vector<std::shared_ptr<float>>* keep, int64_t rows, int64_t cols,
+                  uint32_t seed) {
+  keep->push_back(gpu.Allocate(rows * cols));
+  const TensorView v = TensorView::F32(keep->back().get(), rows, cols, Device::kCuda);
+  const auto host = Random(rows * cols, seed);
+  gpu.Upload(host.data(), v);
+  return v;
+}
+
+double CopyBandwidth(CudaBackend& gpu) {
+  std::vector<std::shared_ptr<float>> keep;
+  const int64_t floats = int64_t{1} << 29;  // 2 GiB
+  keep.push_back(gpu.Allocate(floats));
+  const TensorView a = TensorView::F32(keep.back().get(), 1, floats, Device::kCuda);
+  gpu.Fill(a, 1.25f);  // the copy's speed does not depend on the values
+  keep.push_back(gpu.Allocate(floats));
+  const TensorView b = TensorView::F32(keep.back().get(), 1, floats, Device::kCuda);
+  const double t = Time(gpu, [&] { gpu.Copy(a, b); }, 3, 7);
+  return 2.0 * floats * 4 / t / 1e9;
+}
+
+void BenchGemm(CudaBackend& gpu, bool quick, double copy_gbs) {
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"qkv 6144x4096", 6144, 4096},
+                          {"o 4096x4096", 4096, 4096},
+                          {"gate_up 28672x4096", 28672, 4096},
+                          {"down 4096x14336", 4096, 14336}};
+  std::vector<int64_t> ms = {1, 16, 64, 512, 4096};
+  if (quick) ms = {1, 64, 4096};
+  for (const Shape& s : shapes) {
+    std::vector<uint16_t> bits(static_cast<size_t>(s.n * s.k));
+    {
+      const auto v = Random(s.n * s.k, 7);
+      for (size_t i = 0; i < bits.size(); ++i) bits[i] = F32ToBf16(v[i] * 0.02f);
+    }
+    WeightMatrix wm;
+    wm.dtype = DType::kBF16;
+    wm.rows = s.n;
+    wm.cols = s.k;
+    wm.row_bytes = s.k * 2;
+    wm.data = bits.data();
+    std::vector<Weight> copies;
+    for (int c = 0; c < 4; ++c) copies.push_back(gpu.PrepareWeight(wm));
+    std::vector<std::shared_ptr<float>> keep;
+    const int64_t max_m = ms.back();
+    const TensorView x = Device(gpu, &keep, max_m, s.k, 11), y = Device(gpu, &keep, max_m, s.n, 12);
+    for (int64_t m : ms) {
+      int c = 0;
+      const double t = Time(
+          gpu, [&] { gpu.MatMul(copies[c++ % 4], x.RowRange(0, m), y.RowRange(0, m)); }, m >= 512 ? 8 : 40, 9);
+      const double tflops = 2.0 * m * s.n * s.k / t / 1e12;
+      const double gbs = (2.0 * s.n * s.k + 4.0 * m * (s.k + s.n)) / t / 1e9;
+      std::printf("gemm %-20s m=%-5lld %8.1f us  %7.1f TFLOP/s  %7.0f GB/s (%4.1f%% of copy)\n", s.name,
+                  static_cast<long long>(m), t * 1e6, tflops, gbs, 100.0 * gbs / copy_gbs);
+    }
+  }
+}
+
+void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, double copy_gbs) {
+  const int64_t heads = 32, kv_heads = 8, dim = 128, block = 16;
+  const int64_t blocks_per_seq = (context + block - 1) / block;
+  KVStorageShape shape;
+  shape.num_layers = 1;
+  shape.num_blocks = batch * blocks_per_seq;
+  shape.block_size = block;
+  shape.num_kv_heads = kv_heads;
+  shape.head_dim = dim;
+  shape.dtype = DType::kBF16;
+  auto cache = gpu.CreateKVCache(shape);
+  std::vector<std::shared_ptr<float>> keep;
+  // Fill the cache: one prefill-shaped WriteKV of random rows per sequence is slow to build on
+  // the host, so write every slot through one step of `batch * context` tokens in chunks.
+  std::vector<int32_t> ids(shape.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(3));
+  std::vector<std::vector<int32_t>> tables(batch);
+  for (int64_t s = 0; s < batch; ++s) {
+    tables[s].assign(ids.begin() + s * blocks_per_seq, ids.begin() + (s + 1) * blocks_per_seq);
+  }
+  std::vector<int32_t> tokens(context, 5);
+  StepBuilder builder;
+  const int64_t chunk = 4096;
+  const TensorView kr = Device(gpu, &keep, chunk, kv_heads * dim, 21), vr = Device(gpu, &keep, chunk, kv_heads * dim, 22);
+  for (int64_t s = 0; s < batch; ++s) {
+    for (int64_t first = 0; first < context; first += chunk) {
+      const int64_t count = std::min(chunk, context - first);
+      builder.Reset(block);
+      builder.AddSequence(tokens, first, count, tables[s]);
+      gpu.BeginStep(builder.Finish(), *cache);
+      gpu.WriteKV(*cache, 0, kr.RowRange(0, count), vr.RowRange(0, count));
+    }
+  }
+  // The decode step: the last token of each sequence.
+  builder.Reset(block);
+  for (int64_t s = 0; s < batch; ++s) builder.AddSequence(tokens, context - 1, 1, tables[s]);
+  gpu.BeginStep(builder.Finish(), *cache);
+  const TensorView q = Device(gpu, &keep, batch, heads * dim, 23), out = Device(gpu, &keep, batch, heads * dim, 24);
+  AttentionLayer a;
+  a.num_heads = heads;
+  a.num_kv_heads = kv_heads;
+  a.head_dim = dim;
+  a.scale = 0.088f;
+  const double t = Time(gpu, [&] { gpu.PagedAttention(*cache, 0, a, q, out); }, 5, 9);
+  const double bytes = 2.0 * batch * context * kv_heads * dim * 2;
+  std::printf("decode-attn batch=%lld ctx=%lld 32q/8kv d128 bf16  %8.1f us  %7.0f GB/s (%4.1f%% of copy)\n",
+              static_cast<long long>(batch), static_cast<long long>(context), t * 1e6, bytes / t / 1e9,
+              100.0 * bytes / t / 1e9 / copy_gbs);
+}
+
+// A whole model on the GPU through Model::Forward: prefill of `input` tokens per sequence, then
+// `output` decode steps of the whole batch (one token per sequence per step, logits copied to
+// the host as the engine takes them). The floor of a decode step is its bytes (weights once,
+// plus every sequence's K/V) over the copy bandwidth.
+void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool quick, bool graphs) {
+  LoadOptions options;
+  options.backend = &gpu;
+  const auto t_load = std::chrono::steady_clock::now();
+  auto model = LoadModel(name, options);
+  gpu.EnableStepGraphs(graphs);
+  std::printf("model %s loaded in %.1f s\n", name.c_str(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count());
+  const int64_t vocab = model->spec().vocab_size, block = 16;
+  const double weight_bytes = static_cast<double>(model->WeightBytesPerToken());
+  const KVStorageShape one = model->KVShapeFor(1, 1, DType::kBF16);
+  const double kv_bytes_per_token =
+      2.0 * one.num_layers * one.num_kv_heads * one.head_dim * 2;  // K and V, bf16
+  auto tokens_for = [&](int64_t n, int64_t seed) {
+    std::vector<int32_t> t(n);
+    for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>(1 + (i * 7919 + seed * 104729) % (vocab - 1));
+    return t;
+  };
+  // Prefill alone: one sequence of n tokens.
+  for (int64_t n : {int64_t{512}, int64_t{4096}}) {
+    const int64_t blocks = (n + block) / block + 1;
+    auto cache = gpu.CreateKVCache(model->KVShapeFor(blocks, block, DType::kBF16));
+    std::vector<int32_t> table(blocks);
+    std::iota(table.begin(), table.end(), 0);
+    model->ReserveWorkspace(n, 1);
+    std::vector<float> logits(vocab);
+    StepBuilder builder;
+    const auto tokens = tokens_for(n, 1);
+    const double t = Time(
+        gpu, [&] { ForwardSequence(*model, *cache, builder, tokens, 0, n, table, LogitRows::kLast, logits.data()); },
+        1, quick ? 3 : 5);
+    std::printf("prefill %s n=%lld  %8.2f ms  %9.0f tokens/s  %6.1f TFLOP/s (2 x weights x tokens)\n", name.c_str(),
+                static_cast<long long>(n), t * 1e3, n / t, 2.0 * weight_bytes / 2 * n / t / 1e12);
+  }
+  const int64_t input = 512, output = quick ? 32 : 128;
+  for (int64_t batch : {int64_t{1}, int64_t{64}}) {
+    constexpr int64_t kProfiled = 2;  // eager steps after the timed ones, each op timed
+    const int64_t per_seq = (input + output + kProfiled + block - 1) / block;
+    auto cache = gpu.CreateKVCache(model->KVShapeFor(batch * per_seq, block, DType::kBF16));
+    model->ReserveWorkspace(std::max(input, batch), batch);
+    std::vector<std::vector<int32_t>> tables(batch), tokens(batch);
+    std::vector<float> logits(batch * vocab);
+    StepBuilder builder;
+    for (int64_t s = 0; s < batch; ++s) {
+      tables[s].resize(per_seq);
+      std::iota(tables[s].begin(), tables[s].end(), static_cast<int32_t>(s * per_seq));
+      tokens[s] = tokens_for(input + output + kProfiled, s);
+      ForwardSequence(*model, *cache, builder, tokens[s], 0, input, tables[s], LogitRows::kLast, logits.data());
+    }
+    std::vector<double> step_s;
+    for (int64_t i = 0; i < output; ++i) {
+      gpu.Synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      builder.Reset(block);
+      for (int64_t s = 0; s < batch; ++s) {
+        const int64_t index = builder.AddSequence(tokens[s], input + i, 1, tables[s]);
+        builder.AddLogits(index);
+      }
+      model->Forward(builder.Finish(), gpu, *cache, TensorView::F32(logits.data(), batch, vocab));
+      gpu.Synchronize();
+      step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(step_s.begin(), step_s.end());
+    const double t = step_s[step_s.size() / 2];
+    // Where a step's time goes: the same step eagerly, every op synchronized and timed.
+    gpu.EnableStepGraphs(false);
+    gpu.EnableOpTimes(true);
+    for (int64_t i = output; i < output + kProfiled; ++i) {
+      builder.Reset(block);
+      for (int64_t s = 0; s < batch; ++s) builder.AddLogits(builder.AddSequence(tokens[s], input + i, 1, tables[s]));
+      model->Forward(builder.Finish(), gpu, *cache, TensorView::F32(logits.data(), batch, vocab));
+    }
+    std::string ops;
+    double total = 0;
+    for (const auto& [op, sec] : gpu.OpTimes()) {
+      total += sec;
+      char buf[96];
+      std::snprintf(buf, sizeof(buf), " %s %.0f", op.c_str(), sec / kProfiled * 1e6);
+      ops += buf;
+    }
+    std::printf("ops (eager, synchronized, us per step) batch=%lld: total %.0f:%s\n", static_cast<long long>(batch),
+                total / kProfiled * 1e6, ops.c_str());
+    gpu.EnableOpTimes(false);
+    gpu.EnableStepGraphs(graphs);
+    const double floor_s = (weight_bytes + batch * (input + output / 2.0) * kv_bytes_per_token) / (copy_gbs * 1e9);
+    std::printf("decode%s %s batch=%lld in=%lld out=%lld  step %7.2f ms  %8.0f tokens/s  floor %7.2f ms  %4.1f%% of floor\n",
+                graphs ? "" : "(eager)", name.c_str(), static_cast<long long>(batch), static_cast<long long>(input),
+                static_cast<long long>(output), t * 1e3, batch / t, floor_s * 1e3, 100.0 * floor_s / t);
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
+
+int main(int argc, char** argv) {
+  using namespace pagoda;
+  bool quick = false, eager = false;
+  std::string model;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) quick = true;
+    if (std::strcmp(argv[i], "--enforce-eager") == 0) eager = true;
+    if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
+  }
+  try {
+    CudaBackend& gpu = DefaultCudaBackend();
+    std::printf("device: %s\n", gpu.DeviceSummary().c_str());
+    const double copy = CopyBandwidth(gpu);
+    std::printf("copy d2d 2 GiB  %7.0f GB/s\n", copy);
+    BenchGemm(gpu, quick, copy);
+    BenchDecodeAttention(gpu, 128, 4096, copy);
+    if (!model.empty()) BenchModel(gpu, model, copy, quick, !eager);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pagoda_cuda_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
