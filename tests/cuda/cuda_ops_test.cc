@@ -297,9 +297,10 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(a.head_dim) + "_" + std::string(DTypeName(a.kv_dtype)) + "_w" + std::to_string(a.window);
     });
 
-// Long contexts: tokens past 1024 keys are cut into splits merged by log-sum-exp. Prefills of
-// 2600 and 5000 tokens (up to 5 splits; one layer with a 1500-key window), checked against the
-// CPU; then a decode of the first sequence alone and beside the second gives the same bits.
+// Long contexts: a token's keys are cut into splits merged by log-sum-exp. Prefills of 2600 and
+// 5000 tokens (up to 16 splits; one layer with a 1500-key window) against the CPU; a prompt
+// token recomputed alone gives the bits it got in the prefill; a decode of the first sequence
+// alone and beside the second gives the same bits.
 TEST_F(CudaOpsTest, LongContextSplitsMatchCpuAndDoNotDependOnTheBatch) {
   const int64_t kv_heads = 2, heads = 8, hd = 128, bs = 16;
   StepCase c;
@@ -315,6 +316,7 @@ TEST_F(CudaOpsTest, LongContextSplitsMatchCpuAndDoNotDependOnTheBatch) {
   auto cache_g = gpu_->CreateKVCache(shape);
   const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
   const AttentionLayer layers[2] = {{heads, kv_heads, hd, scale, 0}, {heads, kv_heads, hd, scale, 1500}};
+  std::vector<float> q_last, out_last;  // layer 0, sequence 0's last prompt token (position 2599)
   {
     const StepDescription& step = BuildStep(&c, bs, {0, 0}, {2600, 5000}, 100);
     const int64_t n = step.num_tokens();
@@ -331,8 +333,26 @@ TEST_F(CudaOpsTest, LongContextSplitsMatchCpuAndDoNotDependOnTheBatch) {
       const TensorView og = arena_->Make(n, heads * hd);
       gpu_->WriteKV(*cache_g, l, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
       gpu_->PagedAttention(*cache_g, l, layers[l], arena_->Make(n, heads * hd, q), og);
-      EXPECT_LE(RelativeError(arena_->Read(og), out), kF32Tolerance);
+      const auto got = arena_->Read(og);
+      EXPECT_LE(RelativeError(got, out), kF32Tolerance);
+      if (l == 0) {
+        q_last.assign(q.begin() + 2599 * heads * hd, q.begin() + 2600 * heads * hd);
+        out_last.assign(got.begin() + 2599 * heads * hd, got.begin() + 2600 * heads * hd);
+      }
     }
+  }
+  // The same token alone (a one-token step: blocks per key split and a merge) gives the bits it
+  // got inside the 7600-token step (each block walking its token's splits).
+  {
+    c.builder.Reset(bs);
+    std::vector<int32_t> t0(2600, 3);
+    c.builder.AddSequence(t0, 2599, 1, c.tables[0]);
+    gpu_->BeginStep(c.builder.Finish(), *cache_g);
+    const TensorView og = arena_->Make(1, heads * hd);
+    gpu_->PagedAttention(*cache_g, 0, layers[0], arena_->Make(1, heads * hd, q_last), og);
+    const auto alone = arena_->Read(og);
+    EXPECT_EQ(std::memcmp(alone.data(), out_last.data(), heads * hd * sizeof(float)), 0)
+        << "a token's attention alone differs from the same token in a long prefill";
   }
   // The decode of sequence 0 (position 2600), alone and in a batch with sequence 1.
   auto q = RandomVector(2 * heads * hd, 99);

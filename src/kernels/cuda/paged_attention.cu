@@ -1,5 +1,6 @@
 #include "kernels/cuda/paged_attention.h"
 
+#include <algorithm>
 #include <cfloat>
 
 #include "kernels/cuda/cuda_check.h"
@@ -53,44 +54,70 @@ __global__ void PagedAttentionKernel(PagedAttentionParams p) {
 }
 
 
-// ---- the grouped split-KV kernel ----
+// ---- the grouped kernel ----
+//
+// One block of 128 threads serves (token, KV head) for the group's G query heads. Keys come in
+// tiles of kTile rows of K and V copied into shared memory with cp.async (two stages: the next
+// tile loads while this one is used). A token's keys are cut into GroupedAttentionSplits(keys)
+// splits; each split's online-softmax state (max m, sum l, unnormalized output o) is computed
+// the same way in both modes and the states are merged in split order by MergeState:
+//   split mode (few tokens): block z computes split z and writes its state; MergeSplitsKernel
+//     merges them;
+//   in-block mode (many tokens): the block walks every split and merges as it goes.
+// Same operations in the same order, so the same bits whichever mode a step uses.
 
-constexpr int kGroupThreads = 128;  // 4 warps; a tile is 128 keys
+constexpr int kGroupThreads = 128;
 constexpr int kLargestGroup = 8;
+// Tokens at most this many, and blocks (tokens x KV heads) under this many: split mode.
+constexpr int64_t kSplitModeMaxTokens = 64;
+constexpr int64_t kSplitModeMaxBlocks = 264;
 
-__device__ inline void Load8(const float* p, float* v) {
-  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* src) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
-__device__ inline void Load8(const __nv_bfloat16* p, float* v) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(w[i] << 16);
-    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-  }
-}
-__device__ inline void Load8(const __half* p, float* v) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&u);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    v[2 * i] = f.x;
-    v[2 * i + 1] = f.y;
-  }
-}
-// N consecutive elements (N = 2 or 4) as floats.
-template <int N, typename T>
-__device__ inline void LoadN(const T* p, float* v) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) v[i] = ToFloat(p[i]);
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// A token's keys [start, pos] and the range of split `split` of them.
+// n consecutive elements as floats (n = 1, 2, 4 or 8; 16-byte aligned for 8 two-byte values).
+template <int N>
+__device__ inline void LoadFloats(const float* p, float* v) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = p[i];
+}
+template <int N>
+__device__ inline void LoadFloats(const __nv_bfloat16* p, float* v) {
+  if constexpr (N == 8 || N == 4) {  // one 16- or 8-byte load, widened by shifts
+    uint32_t w[N / 2];
+    if constexpr (N == 8) {
+      const uint4 u = *reinterpret_cast<const uint4*>(p);
+      w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+    } else {
+      const uint2 u = *reinterpret_cast<const uint2*>(p);
+      w[0] = u.x, w[1] = u.y;
+    }
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = __bfloat162float(p[i]);
+  }
+}
+template <int N>
+__device__ inline void LoadFloats(const __half* p, float* v) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = __half2float(p[i]);
+}
+
+// A token's keys and split `split` of them: [start, end).
 struct KeyRange {
-  int64_t start, end;  // [start, end)
+  int64_t start, end;
   int splits;
 };
 __device__ inline KeyRange SplitRange(const PagedAttentionParams& p, int64_t t, int split) {
@@ -105,160 +132,227 @@ __device__ inline KeyRange SplitRange(const PagedAttentionParams& p, int64_t t, 
   return r;
 }
 
-// kMaxGroup: the group size rounded up to 1, 2, 4 or 8 (registers and shared memory scale with
-// it); `group` <= kMaxGroup is the real one.
-template <typename T, int HD, int kMaxGroup>
+// (M, L, O) <- merge with (m, l, o), the next split in order. Explicit roundings: the split
+// mode's merge kernel and the in-block walk must produce the same bits.
+__device__ __forceinline__ void MergeInto(float& M, float& L, float* O, float m, float l, const float* o, int n,
+                                          bool first) {
+  if (first) {
+    M = m;
+    L = l;
+    for (int i = 0; i < n; ++i) O[i] = o[i];
+    return;
+  }
+  const float m_new = fmaxf(M, m);
+  const float a = expf(M - m_new), b = expf(m - m_new);
+  L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
+  for (int i = 0; i < n; ++i) O[i] = __fadd_rn(__fmul_rn(O[i], a), __fmul_rn(o[i], b));
+  M = m_new;
+}
+
+template <typename T, int HD, int G>
+struct GroupedShape {
+  // Keys per tile: a K (or V) tile is at most 16 KiB.
+  static constexpr int kTile = 16384 / (HD * int(sizeof(T))) < 64 ? 16384 / (HD * int(sizeof(T))) : 64;
+  // A K/V row in shared memory, padded by 16 bytes so threads reading different rows at the
+  // same column fall in different banks.
+  static constexpr int kRowBytes = HD * int(sizeof(T)) + 16;
+  static constexpr int kTileBytes = kTile * kRowBytes;
+  // Outputs (head g, dimension d) a thread accumulates: G * HD over 128 threads, at least 1.
+  static constexpr int kOut = G * HD / kGroupThreads > 0 ? G * HD / kGroupThreads : 1;
+  static constexpr int kSmem = 2 * 2 * kTileBytes;  // K and V, two stages
+};
+
+template <typename T, int HD, int G, bool kSplitMode>
 __global__ void __launch_bounds__(kGroupThreads) GroupedAttentionKernel(PagedAttentionParams p, float* partial) {
-  constexpr int kPerLane = HD / 32;  // dimensions a lane owns in the p*V phase
+  using S = GroupedShape<T, HD, G>;
+  constexpr int kTile = S::kTile, kOut = S::kOut;
+  extern __shared__ __align__(16) float dynamic_smem[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(dynamic_smem);
+  __shared__ __align__(16) float q_s[G][HD];
+  __shared__ float p_s[G][kTile];
+  __shared__ float m_s[G], l_s[G], corr_s[G];
+  __shared__ float M_s[G], L_s[G];
+
   const int64_t t = blockIdx.x;
-  const int kvh = blockIdx.y, split = blockIdx.z;
-  const KeyRange range = SplitRange(p, t, split);
-  if (split >= range.splits) return;
-  const int group = static_cast<int>(p.num_heads / p.num_kv_heads);
+  const int kvh = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int group = static_cast<int>(p.num_heads / p.num_kv_heads);  // <= G
+  const int first_split = kSplitMode ? blockIdx.z : 0;
+  KeyRange range = SplitRange(p, t, first_split);
+  if (kSplitMode && first_split >= range.splits) return;
+  const int last_split = kSplitMode ? first_split : range.splits - 1;
 
-  __shared__ __align__(16) float q_s[kMaxGroup][HD];
-  __shared__ float p_s[kMaxGroup][kGroupThreads];
-  __shared__ int64_t slot_s[kGroupThreads];
-  __shared__ float m_s[kMaxGroup], l_s[kMaxGroup], corr_s[kMaxGroup];
-  for (int i = tid; i < group * HD; i += kGroupThreads) {
-    q_s[i / HD][i % HD] = p.q[(t * p.num_heads + static_cast<int64_t>(kvh) * group + i / HD) * HD + i % HD];
+  for (int i = tid; i < G * HD; i += kGroupThreads) {
+    const int g = i / HD;
+    q_s[g][i % HD] = g < group ? p.q[(t * p.num_heads + static_cast<int64_t>(kvh) * group + g) * HD + i % HD] : 0.0f;
   }
-  if (tid < kMaxGroup) {
-    m_s[tid] = -FLT_MAX;
-    l_s[tid] = 0.0f;
-  }
-  __syncthreads();
-
   const int32_t* table = p.block_tables[t];
-  const T* k_cache = static_cast<const T*>(p.k_cache);
-  const T* v_cache = static_cast<const T*>(p.v_cache);
-  const int64_t row = p.num_kv_heads * HD;  // elements per slot
-  float acc[kMaxGroup][kPerLane];
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g)
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) acc[g][i] = 0.0f;
+  const int bs_shift = __ffs(static_cast<int>(p.block_size)) - 1;  // block sizes are powers of two
+  const int bs_mask = static_cast<int>(p.block_size) - 1;
+  const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(kvh) * HD * sizeof(T);
+  const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(kvh) * HD * sizeof(T);
+  const int64_t slot_bytes = p.num_kv_heads * HD * sizeof(T);
+  constexpr int kChunks = HD * int(sizeof(T)) / 16;  // 16-byte pieces of a row
 
-  for (int64_t k0 = range.start; k0 < range.end; k0 += kGroupThreads) {
-    const int n = static_cast<int>(range.end - k0 < kGroupThreads ? range.end - k0 : kGroupThreads);
-    // Scores: thread tid takes key k0 + tid, every head of the group.
-    if (tid < n) {
-      const int64_t key = k0 + tid;
-      const int64_t slot = static_cast<int64_t>(table[key / p.block_size]) * p.block_size + key % p.block_size;
-      slot_s[tid] = slot;
-      const T* k = k_cache + slot * row + static_cast<int64_t>(kvh) * HD;
-      float dot[kMaxGroup] = {};
+  // Copies keys [k0, k0 + n) of K and V into stage `stage`.
+  auto load_tile = [&](int stage, int64_t k0, int n) {
+    uint8_t* ks = smem + stage * 2 * S::kTileBytes;
+    uint8_t* vs = ks + S::kTileBytes;
+    for (int i = tid; i < n * kChunks; i += kGroupThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const int64_t key = k0 + r;
+      const int64_t slot = static_cast<int64_t>(table[key >> bs_shift]) * p.block_size + (key & bs_mask);
+      CpAsync16(ks + r * S::kRowBytes + c * 16, k_base + slot * slot_bytes + c * 16);
+      CpAsync16(vs + r * S::kRowBytes + c * 16, v_base + slot * slot_bytes + c * 16);
+    }
+  };
+
+  // The output this thread accumulates: head og, dimensions [od, od + kOut).
+  const int o_index = tid * kOut;
+  const int og = o_index / HD, od = o_index % HD;
+  const bool owns_output = o_index < G * HD && og < group;
+  float acc[kOut], O[kOut];
 #pragma unroll
-      for (int c = 0; c < HD; c += 8) {
-        float kv[8];
-        Load8(k + c, kv);
+  for (int i = 0; i < kOut; ++i) O[i] = 0.0f;
+
+  for (int split = first_split; split <= last_split; ++split) {
+    range = SplitRange(p, t, split);
 #pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-          if (g < group) {
+    for (int i = 0; i < kOut; ++i) acc[i] = 0.0f;
+    if (tid < G) {
+      m_s[tid] = -FLT_MAX;
+      l_s[tid] = 0.0f;
+    }
+    const int num_tiles = static_cast<int>((range.end - range.start + kTile - 1) / kTile);
+    load_tile(0, range.start, static_cast<int>(range.end - range.start < kTile ? range.end - range.start : kTile));
+    CpAsyncCommit();
+    for (int it = 0; it < num_tiles; ++it) {
+      const int64_t k0 = range.start + static_cast<int64_t>(it) * kTile;
+      const int n = static_cast<int>(range.end - k0 < kTile ? range.end - k0 : kTile);
+      if (it + 1 < num_tiles) {
+        const int64_t k1 = k0 + kTile;
+        load_tile((it + 1) & 1, k1, static_cast<int>(range.end - k1 < kTile ? range.end - k1 : kTile));
+      }
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+      __syncthreads();
+      const uint8_t* ks = smem + (it & 1) * 2 * S::kTileBytes;
+      const uint8_t* vs = ks + S::kTileBytes;
+      // Scores: thread j takes key j for every head of the group (one read of the K row).
+      if (tid < n) {
+        const T* k = reinterpret_cast<const T*>(ks + tid * S::kRowBytes);
+        float dot[G];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) dot[g] = fmaf(q_s[g][c + e], kv[e], dot[g]);
+        for (int g = 0; g < G; ++g) dot[g] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < HD; d += 8) {
+          float kv[8];
+          LoadFloats<8>(k + d, kv);
+#pragma unroll
+          for (int g = 0; g < G; ++g) {
+            const float4 qa = *reinterpret_cast<const float4*>(&q_s[g][d]);
+            const float4 qb = *reinterpret_cast<const float4*>(&q_s[g][d + 4]);
+            dot[g] = fmaf(qa.x, kv[0], dot[g]);
+            dot[g] = fmaf(qa.y, kv[1], dot[g]);
+            dot[g] = fmaf(qa.z, kv[2], dot[g]);
+            dot[g] = fmaf(qa.w, kv[3], dot[g]);
+            dot[g] = fmaf(qb.x, kv[4], dot[g]);
+            dot[g] = fmaf(qb.y, kv[5], dot[g]);
+            dot[g] = fmaf(qb.z, kv[6], dot[g]);
+            dot[g] = fmaf(qb.w, kv[7], dot[g]);
+          }
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          if (g < group) p_s[g][tid] = dot[g] * p.scale;
+        }
+      }
+      __syncthreads();
+      // Online softmax, a warp per head.
+      for (int g = warp; g < group; g += kGroupThreads / 32) {
+        float mx = -FLT_MAX;
+        for (int j = lane; j < n; j += 32) mx = fmaxf(mx, p_s[g][j]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float m_old = m_s[g], m_new = fmaxf(m_old, mx);
+        float sum = 0.0f;
+        for (int j = lane; j < n; j += 32) {
+          const float e = expf(p_s[g][j] - m_new);
+          p_s[g][j] = e;
+          sum += e;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        __syncwarp();
+        if (lane == 0) {
+          const float corr = expf(m_old - m_new);
+          corr_s[g] = corr;
+          l_s[g] = l_s[g] * corr + sum;
+          m_s[g] = m_new;
+        }
+      }
+      __syncthreads();
+      // p V for this thread's outputs, keys in order.
+      if (owns_output) {
+        const float c = corr_s[og];
+#pragma unroll
+        for (int i = 0; i < kOut; ++i) acc[i] *= c;
+        for (int j = 0; j < n; ++j) {
+          float v[kOut];
+          LoadFloats<kOut>(reinterpret_cast<const T*>(vs + j * S::kRowBytes) + od, v);
+          const float pj = p_s[og][j];
+#pragma unroll
+          for (int i = 0; i < kOut; ++i) acc[i] = fmaf(pj, v[i], acc[i]);
+        }
+      }
+      __syncthreads();  // the stage is read before the tile after next overwrites it
+    }
+    if constexpr (kSplitMode) {
+      if (range.splits == 1) {
+        if (owns_output) {
+          float* out = p.out + (t * p.num_heads + static_cast<int64_t>(kvh) * group + og) * HD + od;
+#pragma unroll
+          for (int i = 0; i < kOut; ++i) out[i] = __fdiv_rn(acc[i], l_s[og]);
+        }
+      } else {
+        // partial: [t][h][split] rows of HD values, then [t][h][split] (m, l) pairs.
+        const int64_t h = static_cast<int64_t>(kvh) * group + og;
+        const int64_t at = (t * p.num_heads + h) * kMaxAttentionSplits + split;
+        if (owns_output) {
+#pragma unroll
+          for (int i = 0; i < kOut; ++i) partial[at * HD + od + i] = acc[i];
+          if (od == 0) {
+            const int64_t ml = p.num_tokens * p.num_heads * kMaxAttentionSplits * HD + at * 2;
+            partial[ml] = m_s[og];
+            partial[ml + 1] = l_s[og];
           }
         }
       }
-#pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < group) p_s[g][tid] = dot[g] * p.scale;
-      }
-    }
-    __syncthreads();
-    // Online softmax, one warp per head.
-    for (int g = warp; g < group; g += kGroupThreads / 32) {
-      float mx = -FLT_MAX;
-      for (int j = lane; j < n; j += 32) mx = fmaxf(mx, p_s[g][j]);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_old = m_s[g];
-      const float m_new = fmaxf(m_old, mx);
-      float sum = 0.0f;
-      for (int j = lane; j < n; j += 32) {
-        const float e = expf(p_s[g][j] - m_new);
-        p_s[g][j] = e;
-        sum += e;
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-      __syncwarp();
-      if (lane == 0) {
-        const float corr = expf(m_old - m_new);
-        corr_s[g] = corr;
-        l_s[g] = l_s[g] * corr + sum;
-        m_s[g] = m_new;
-      }
-    }
-    __syncthreads();
-    // p * V: warp w adds keys [32 w, 32 w + 32) of the tile; lane owns kPerLane dimensions.
-#pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g < group) {
-        const float c = corr_s[g];
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) acc[g][i] *= c;
-      }
-    }
-    // Eight V rows in flight per warp, then their products added in key order.
-    const int j_end = min(n, warp * 32 + 32);
-    for (int j0 = warp * 32; j0 < j_end; j0 += 8) {
-      float v[8][kPerLane];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        if (j0 + u < j_end) {
-          LoadN<kPerLane>(v_cache + slot_s[j0 + u] * row + static_cast<int64_t>(kvh) * HD + lane * kPerLane, v[u]);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        if (j0 + u >= j_end) break;
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-          if (g < group) {
-            const float pj = p_s[g][j0 + u];
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i) acc[g][i] = fmaf(pj, v[u][i], acc[g][i]);
-          }
-        }
-      }
-    }
-    __syncthreads();  // p_s and slot_s are read before the next tile writes them
-  }
-
-  // The four warps' sums, added in warp order (reusing q_s's space is not enough: own buffer).
-  __shared__ float red_s[kGroupThreads / 32][kMaxGroup][HD];
-#pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
-    if (g < group) {
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) red_s[warp][g][lane * kPerLane + i] = acc[g][i];
-    }
-  }
-  __syncthreads();
-  for (int i = tid; i < group * HD; i += kGroupThreads) {
-    const int g = i / HD, d = i % HD;
-    float o = red_s[0][g][d];
-#pragma unroll
-    for (int w = 1; w < kGroupThreads / 32; ++w) o += red_s[w][g][d];
-    const int64_t h = static_cast<int64_t>(kvh) * group + g;
-    if (range.splits == 1) {
-      p.out[(t * p.num_heads + h) * HD + d] = o / l_s[g];
     } else {
-      // partial: [t][h][split] rows of HD values, then [t][h][split] (m, l) pairs after all rows.
-      const int64_t at = (t * p.num_heads + h) * kMaxAttentionSplits + split;
-      partial[at * HD + d] = o;
-      if (d == 0) {
-        const int64_t ml = p.num_tokens * p.num_heads * kMaxAttentionSplits * HD + at * 2;
-        partial[ml] = m_s[g];
-        partial[ml + 1] = l_s[g];
+      float M = 0.0f, L = 0.0f;
+      if (owns_output) {
+        M = M_s[og];
+        L = L_s[og];
+        MergeInto(M, L, O, m_s[og], l_s[og], acc, kOut, split == 0);
       }
+      __syncthreads();  // M_s, L_s, m_s and l_s are read before they change
+      if (owns_output && od == 0) {
+        M_s[og] = M;
+        L_s[og] = L;
+      }
+      __syncthreads();
+    }
+  }
+  if constexpr (!kSplitMode) {
+    if (owns_output) {
+      float* out = p.out + (t * p.num_heads + static_cast<int64_t>(kvh) * group + og) * HD + od;
+#pragma unroll
+      for (int i = 0; i < kOut; ++i) out[i] = __fdiv_rn(O[i], L_s[og]);
     }
   }
 }
 
-// Tokens with several splits: out = sum_s o_s e^(m_s - M) / sum_s l_s e^(m_s - M), s in order.
+// Split mode's merge: tokens with several splits, (M, L, O) over the splits in order.
 template <int HD>
 __global__ void MergeSplitsKernel(PagedAttentionParams p, const float* partial) {
   const int64_t t = blockIdx.x, h = blockIdx.y;
@@ -266,43 +360,63 @@ __global__ void MergeSplitsKernel(PagedAttentionParams p, const float* partial) 
   if (range.splits == 1) return;
   const int64_t at = (t * p.num_heads + h) * kMaxAttentionSplits;
   const float* ml = partial + p.num_tokens * p.num_heads * kMaxAttentionSplits * HD + at * 2;
-  float mx = -FLT_MAX;
-  for (int s = 0; s < range.splits; ++s) mx = fmaxf(mx, ml[2 * s]);
-  float l = 0.0f;
-  for (int s = 0; s < range.splits; ++s) l += ml[2 * s + 1] * expf(ml[2 * s] - mx);
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < range.splits; ++s) o += partial[(at + s) * HD + d] * expf(ml[2 * s] - mx);
-    p.out[(t * p.num_heads + h) * HD + d] = o / l;
+    float M = 0.0f, L = 0.0f, O = 0.0f;
+    for (int s = 0; s < range.splits; ++s) {
+      const float o = partial[(at + s) * HD + d];
+      MergeInto(M, L, &O, ml[2 * s], ml[2 * s + 1], &o, 1, s == 0);
+    }
+    p.out[(t * p.num_heads + h) * HD + d] = __fdiv_rn(O, L);
   }
 }
 
-template <typename T, int HD>
-void LaunchGrouped(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream) {
-  const int splits = GroupedAttentionSplits(max_keys);
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads),
-                  static_cast<unsigned>(splits));
-  const int64_t group = p.num_heads / p.num_kv_heads;
-  if (group == 1) {
-    GroupedAttentionKernel<T, HD, 1><<<grid, kGroupThreads, 0, stream>>>(p, scratch);
-  } else if (group == 2) {
-    GroupedAttentionKernel<T, HD, 2><<<grid, kGroupThreads, 0, stream>>>(p, scratch);
-  } else if (group <= 4) {
-    GroupedAttentionKernel<T, HD, 4><<<grid, kGroupThreads, 0, stream>>>(p, scratch);
-  } else {
-    GroupedAttentionKernel<T, HD, 8><<<grid, kGroupThreads, 0, stream>>>(p, scratch);
+template <typename T, int HD, int G, bool kSplitMode>
+void LaunchGroupedKernel(const PagedAttentionParams& p, int splits, float* scratch, cudaStream_t stream) {
+  using S = GroupedShape<T, HD, G>;
+  static bool configured = false;
+  if (!configured) {
+    PAGODA_CUDA_CHECK(cudaFuncSetAttribute(GroupedAttentionKernel<T, HD, G, kSplitMode>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
+    configured = true;
   }
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads),
+                  static_cast<unsigned>(kSplitMode ? splits : 1));
+  GroupedAttentionKernel<T, HD, G, kSplitMode><<<grid, kGroupThreads, S::kSmem, stream>>>(p, scratch);
   PAGODA_CUDA_CHECK_LAUNCH("GroupedAttentionKernel");
-  if (splits > 1) {
+  if (kSplitMode && splits > 1) {
     MergeSplitsKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
                             stream>>>(p, scratch);
     PAGODA_CUDA_CHECK_LAUNCH("MergeSplitsKernel");
   }
 }
 
+template <typename T, int HD, int G>
+void LaunchGroupedMode(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream) {
+  if (p.num_tokens <= kSplitModeMaxTokens && p.num_tokens * p.num_kv_heads < kSplitModeMaxBlocks) {
+    LaunchGroupedKernel<T, HD, G, true>(p, GroupedAttentionSplits(max_keys), scratch, stream);
+  } else {
+    LaunchGroupedKernel<T, HD, G, false>(p, 1, scratch, stream);
+  }
+}
+
+template <typename T, int HD>
+void LaunchGrouped(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream) {
+  const int64_t group = p.num_heads / p.num_kv_heads;
+  if (group == 1) {
+    LaunchGroupedMode<T, HD, 1>(p, max_keys, scratch, stream);
+  } else if (group == 2) {
+    LaunchGroupedMode<T, HD, 2>(p, max_keys, scratch, stream);
+  } else if (group <= 4) {
+    LaunchGroupedMode<T, HD, 4>(p, max_keys, scratch, stream);
+  } else {
+    LaunchGroupedMode<T, HD, 8>(p, max_keys, scratch, stream);
+  }
+}
+
 template <typename T>
 bool TryGrouped(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream) {
   if (p.num_heads / p.num_kv_heads > kLargestGroup || p.num_tokens > 2147483647) return false;
+  if ((p.block_size & (p.block_size - 1)) != 0) return false;
   if (p.head_dim == 128) {
     LaunchGrouped<T, 128>(p, max_keys, scratch, stream);
   } else if (p.head_dim == 64) {
@@ -316,7 +430,8 @@ bool TryGrouped(const PagedAttentionParams& p, int64_t max_keys, float* scratch,
 }  // namespace
 
 int64_t PagedAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim) {
-  return num_tokens * num_heads * kMaxAttentionSplits * (head_dim + 2);
+  // Only split mode (at most kSplitModeMaxTokens tokens) writes partial states.
+  return std::min(num_tokens, kSplitModeMaxTokens) * num_heads * kMaxAttentionSplits * (head_dim + 2);
 }
 
 void PagedAttention(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream) {

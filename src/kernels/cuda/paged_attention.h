@@ -4,15 +4,16 @@
 // block-table rows). The quantized formats and the wide side pool are not read here: the
 // backend refuses them when it makes the cache.
 //
-// Head dims 64 and 128 with up to 8 query heads per KV head (every Llama/Mistral/Qwen shape):
-// the grouped split-KV kernel. One thread block per (token, KV head, key split) serves the
-// group's query heads from one read of each K/V row: 128 keys per tile, one key's scores per
-// thread (every head of the group), an online softmax per head, then each warp adds its 32
-// keys' p * V with a lane owning head_dim / 32 dimensions. A token's keys are cut into
-// GroupedAttentionSplits(keys) splits, a function of its own key count only, and the splits'
-// partial results are merged by log-sum-exp in split order (PagedAttentionMerge), so a token's
-// bits never depend on the rest of the batch. Long contexts get several splits so that small
-// batches still fill the GPU.
+// Head dims 64 and 128 with up to 8 query heads per KV head (every Llama/Mistral/Qwen shape),
+// power-of-two block sizes: the grouped kernel. A block serves (token, KV head) for all the
+// group's query heads from one read of each K/V row: tiles of up to 64 keys copied into shared
+// memory with cp.async (the next tile loads while this one is used), scores and an online
+// softmax per head, then p V with each thread owning some of the group's outputs. A token's
+// keys are cut into GroupedAttentionSplits(keys) splits, a function of its own key count only;
+// each split's softmax state is merged in split order. Few tokens (decode): one block per split
+// and a merge kernel, so small batches fill the GPU; many tokens: each block walks its splits
+// and merges as it goes. The two modes do the same operations in the same order, so a token's
+// bits never depend on the rest of the batch.
 //
 // Other shapes: one thread block per (token, query head) over tiles of 128 keys (the first,
 // plain kernel). REQUIRES: head_dim <= 512.
@@ -24,15 +25,15 @@
 
 namespace pagoda::cuda {
 
-// Splits of a token's `keys` keys: one per 256 keys, at most 8.
-constexpr int kMaxAttentionSplits = 8;
+// Splits of a token's `keys` keys: one per 128 keys, at most 16.
+constexpr int kMaxAttentionSplits = 16;
 __host__ __device__ inline int GroupedAttentionSplits(int64_t keys) {
-  const int64_t s = (keys + 255) / 256;
+  const int64_t s = (keys + 127) / 128;
   return static_cast<int>(s < 1 ? 1 : s > kMaxAttentionSplits ? kMaxAttentionSplits : s);
 }
 
-// Floats of scratch the grouped kernel needs for `num_tokens` tokens (the splits' partial
-// outputs and their max/sum); `scratch` in PagedAttention must hold that many.
+// Floats of scratch the grouped kernel needs for a step of `num_tokens` tokens (split mode's
+// partial states); `scratch` in PagedAttention must hold that many.
 int64_t PagedAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim);
 
 // `max_keys`: the most keys any token of the step attends to (sizes the grid).
