@@ -139,8 +139,9 @@ struct CudaBackend::State {
   // graph_stream while a decode step is being captured into a CUDA graph.
   cudaStream_t stream = nullptr;
 
-  // Decode steps as CUDA graphs (EnableStepGraphs): per batch size, the first step runs eagerly
-  // (it sizes every scratch buffer), the second is captured and launched, later ones replay it.
+  // Decode steps as CUDA graphs (EnableStepGraphs): per (batch size, KV cache), the first step
+  // runs eagerly (it sizes every scratch buffer), the second is captured and launched, later
+  // ones replay it.
   // Every kernel reads the step from the same device buffers, so a replay sees the new step.
   enum class Phase { kEager, kCapturing, kReplaying };
   bool graphs_enabled = false, has_moe = false;
@@ -149,6 +150,7 @@ struct CudaBackend::State {
   cudaEvent_t uploaded = nullptr;
   struct StepGraph {
     int64_t batch = 0;
+    const KVCache* cache = nullptr;  // a cache belongs to one model: its workspace, its weights
     cudaGraphExec_t exec = nullptr;
   };
   std::deque<StepGraph> graphs;  // stable addresses
@@ -554,10 +556,10 @@ void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
   const bool decode = n > 0 && step.num_seqs() == n && step.num_logits() == n;
   if (s.graphs_enabled && !s.has_moe && decode) {
     for (State::StepGraph& g : s.graphs) {
-      if (g.batch == n) s.graph = &g;
+      if (g.batch == n && g.cache == &cache) s.graph = &g;
     }
     if (s.graph == nullptr) {  // first step of this size: eager, sizing the scratch
-      s.graphs.push_back({n, nullptr});
+      s.graphs.push_back({n, &cache, nullptr});
     } else {
       // The uploads above go through the legacy stream; the graph stream waits for them.
       PAGODA_CUDA_CHECK(cudaEventRecord(s.uploaded, nullptr));
