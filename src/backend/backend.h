@@ -32,6 +32,7 @@
 #include "kernels/params/rope_params.h"
 #include "kernels/params/moe_params.h"
 #include "kernels/params/sampling_params.h"
+#include "parallel/communicator.h"
 
 namespace pagoda {
 
@@ -202,6 +203,17 @@ class Backend {
   // log_softmax of row i of `logits` for tokens[i] and the top k (prompt logprobs).
   virtual void Logprobs(const TensorView& logits, std::span<const int32_t> tokens, int64_t k,
                         std::span<TokenLogprobs> out) = 0;
+
+  // ---- tensor parallelism ----
+  // The communicator of the rank this backend serves (not owned; null: no tensor parallelism).
+  void SetCommunicator(Communicator* comm) { comm_ = comm; }
+  Communicator* communicator() const { return comm_; }
+  // x = the sum of x over the ranks (after a row-parallel layer). Nothing without a
+  // communicator or with one rank. The default works on host memory (the CPU backend).
+  virtual void AllReduce(const TensorView& x);
+
+ private:
+  Communicator* comm_ = nullptr;
 };
 
 // The process's CPU backend (kernels/cpu), used when nothing else is asked for.

@@ -857,6 +857,11 @@ void CudaBackend::Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorVi
   cuda::MoeCombine(routed, weights, n, k, dim, y.f32(), y.row_stride, s.stream);
 }
 
+void CudaBackend::AllReduce(const TensorView&) {
+  if (communicator() == nullptr || communicator()->size() == 1) return;
+  ThrowUnsupported("tensor parallelism on the CUDA backend needs an NCCL communicator, which is not written yet");
+}
+
 void CudaBackend::CopyToHost(const TensorView& src, float* dst) {
   if (src.rows == 0 || src.cols == 0) return;
   PAGODA_CUDA_CHECK(cudaMemcpy2D(dst, src.cols * sizeof(float), src.data, src.row_stride * sizeof(float),

@@ -76,6 +76,8 @@ class CudaBackend : public Backend {
                     const TensorView& out) override;
   void Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorView& x, const TensorView& y) override;
   void CopyToHost(const TensorView& src, float* dst) override;
+  // Tensor parallelism across GPUs needs an NCCL communicator, not written yet: refused.
+  void AllReduce(const TensorView& x) override;
   // Sampling runs on the host for now, through the CPU backend's sampler (the engine hands in
   // host logits; device rows are copied back first). Sampling on the device is not written yet.
   std::unique_ptr<SamplerState> CreateSampler(const SamplingParams& params) override;

@@ -16,6 +16,11 @@ Backend& Model::backend() const {
   return *backend_;
 }
 
+std::unique_ptr<Model> Model::Shard(int, int, Backend&) const {
+  ThrowUnsupported("tensor parallelism: " + spec().name + " (" + spec().architecture +
+                   ") has no sharded form yet (Llama, Mistral and Qwen2 have)");
+}
+
 void Model::CheckBackend(const Backend& backend) const {
   PAGODA_CHECK(&backend == backend_) << "Forward on a backend other than the one the weights were prepared on";
 }

@@ -60,6 +60,16 @@ class Model {
   // The EOS ids the model's files declare (generation_config.json, GGUF); may be empty.
   virtual std::vector<int32_t> eos_ids() const { return {}; }
 
+  // Tensor parallelism (Megatron style): rank `rank` of `size`'s shard of this model, prepared
+  // on `backend`, whose communicator joins the ranks. Each rank holds its KV heads with their
+  // query heads (q/k/v rows, the output projection's columns) and a slice of the MLP (gate/up
+  // rows, the down projection's columns); the embedding, the norms and the LM head are
+  // replicated; the row-parallel outputs are summed by Backend::AllReduce, so every rank carries
+  // the whole residual stream and computes the same logits. Its spec() has the rank's heads and
+  // MLP width. Throws Unsupported for architectures without a sharded form or when `size` does
+  // not divide the KV heads and the MLP width.
+  virtual std::unique_ptr<Model> Shard(int rank, int size, Backend& backend) const;
+
  protected:
   // The model's part of Prepare: its weights as Backend::Weights.
   virtual void PrepareWeights(Backend& backend) = 0;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <utility>
 
 #include "core/error.h"
@@ -86,6 +88,88 @@ LlamaModel::Buffers LlamaModel::Views(int64_t n, int64_t m) {
   return v;
 }
 
+namespace {
+
+// Rows [r0, r0 + n) of w: a view into the same memory.
+WeightMatrix RowSlice(const WeightMatrix& w, int64_t r0, int64_t n) {
+  WeightMatrix out = w;
+  out.data = w.row(r0);
+  out.rows = n;
+  return out;
+}
+
+// Columns [c0, c0 + n) of w, copied (kept alive by *keep). Quantized rows are cut at block
+// boundaries only.
+WeightMatrix ColSlice(const WeightMatrix& w, int64_t c0, int64_t n, std::vector<std::shared_ptr<const void>>* keep) {
+  const int64_t block = DTypeBlockSize(w.dtype);
+  if (c0 % block != 0 || n % block != 0) {
+    ThrowUnsupported("tensor parallelism: a " + std::string(DTypeName(w.dtype)) + " matrix cannot be split at column " +
+                     std::to_string(c0) + " (its blocks are " + std::to_string(block) + " wide)");
+  }
+  const int64_t offset = DTypeRowBytes(w.dtype, c0), bytes = DTypeRowBytes(w.dtype, n);
+  auto buffer = std::shared_ptr<uint8_t[]>(new uint8_t[static_cast<size_t>(w.rows * bytes)]);
+  for (int64_t r = 0; r < w.rows; ++r) std::memcpy(buffer.get() + r * bytes, w.row(r) + offset, bytes);
+  WeightMatrix out = w;
+  out.data = buffer.get();
+  out.cols = n;
+  out.row_bytes = bytes;
+  keep->push_back(std::shared_ptr<const void>(buffer, buffer.get()));
+  return out;
+}
+
+std::vector<float> Slice(const std::vector<float>& v, int64_t begin, int64_t n) {
+  if (v.empty()) return {};
+  return std::vector<float>(v.begin() + begin, v.begin() + begin + n);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> LlamaModel::Shard(int rank, int size, Backend& backend) const {
+  PAGODA_ENSURE(size >= 1 && rank >= 0 && rank < size, ErrorCode::kInvalidArgument,
+                "tensor parallelism: rank " << rank << " of " << size);
+  const int64_t kv = spec_.num_kv_heads, hd = spec_.head_dim, ffn = spec_.ffn_dim;
+  if (kv % size != 0) {
+    ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the " + std::to_string(kv) +
+                     " key/value heads of " + spec_.name);
+  }
+  if (ffn % size != 0) {
+    ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the MLP width " +
+                     std::to_string(ffn) + " of " + spec_.name);
+  }
+  // Query head h reads KV head h / group, so a rank's KV heads and their query heads are
+  // contiguous rows of wq, wk, wv (and columns of wo).
+  const int64_t kv_per = kv / size, q_per = spec_.num_heads / size, ffn_per = ffn / size;
+  ModelSpec s = spec_;
+  s.num_heads = q_per;
+  s.num_kv_heads = kv_per;
+  s.ffn_dim = ffn_per;
+  LlamaWeights w;
+  w.embedding = w_.embedding;
+  w.output = w_.output;
+  w.final_norm = w_.final_norm;
+  w.keep_alive = w_.keep_alive;
+  for (const LlamaLayerWeights& L : w_.layers) {
+    LlamaLayerWeights S;
+    S.attn_norm = L.attn_norm;
+    S.ffn_norm = L.ffn_norm;
+    S.wq = RowSlice(L.wq, rank * q_per * hd, q_per * hd);
+    S.wk = RowSlice(L.wk, rank * kv_per * hd, kv_per * hd);
+    S.wv = RowSlice(L.wv, rank * kv_per * hd, kv_per * hd);
+    S.bq = Slice(L.bq, rank * q_per * hd, q_per * hd);
+    S.bk = Slice(L.bk, rank * kv_per * hd, kv_per * hd);
+    S.bv = Slice(L.bv, rank * kv_per * hd, kv_per * hd);
+    S.wo = ColSlice(L.wo, rank * q_per * hd, q_per * hd, &w.keep_alive);
+    S.w_gate = RowSlice(L.w_gate, rank * ffn_per, ffn_per);
+    S.w_up = RowSlice(L.w_up, rank * ffn_per, ffn_per);
+    S.w_down = ColSlice(L.w_down, rank * ffn_per, ffn_per, &w.keep_alive);
+    w.layers.push_back(std::move(S));
+  }
+  auto shard = std::make_unique<LlamaModel>(std::move(s), std::move(w), eos_ids_);
+  shard->tp_size_ = size;
+  shard->Prepare(backend);
+  return shard;
+}
+
 void LlamaModel::ReserveWorkspace(int64_t max_tokens, int64_t max_logits) {
   Views(max_tokens, max_logits);
   backend().ReserveScratch(max_tokens, max_logits);
@@ -135,7 +219,13 @@ void LlamaModel::Forward(const StepDescription& step, Backend& backend, KVCache&
     backend.PagedAttention(cache, l, attention, B.q, B.attn);
     // The residual adds and silu(gate) * up run inside the MatMul, on each work item's block
     // while it is in cache (the same bits as the separate ops).
-    backend.MatMul(L.wo, B.attn, B.h, {Epilogue::Kind::kAddTo, B.x});
+    if (tp_size_ > 1) {  // row-parallel: this rank's heads' share, summed over the ranks
+      backend.MatMul(L.wo, B.attn, B.h);
+      backend.AllReduce(B.h);
+      backend.Add(B.h, B.x);
+    } else {
+      backend.MatMul(L.wo, B.attn, B.h, {Epilogue::Kind::kAddTo, B.x});
+    }
 
     backend.RmsNorm(B.x, L.ffn_norm.view, spec_.norm_eps, B.h);
     if (!L.gate_up.empty()) {
@@ -145,7 +235,13 @@ void LlamaModel::Forward(const StepDescription& step, Backend& backend, KVCache&
       backend.MatMul(L.w_up, B.h, B.up);
       backend.SiluMul(B.gate, B.up, B.gate);
     }
-    backend.MatMul(L.w_down, B.gate, B.h, {Epilogue::Kind::kAddTo, B.x});
+    if (tp_size_ > 1) {
+      backend.MatMul(L.w_down, B.gate, B.h);
+      backend.AllReduce(B.h);
+      backend.Add(B.h, B.x);
+    } else {
+      backend.MatMul(L.w_down, B.gate, B.h, {Epilogue::Kind::kAddTo, B.x});
+    }
   }
 
   backend.RmsNorm(B.x, final_norm_.view, spec_.norm_eps, B.x);

@@ -44,6 +44,7 @@ class LlamaModel : public Model {
   int64_t WeightBytesPerToken() const override;
   std::vector<int32_t> eos_ids() const override { return eos_ids_; }
   void ReserveWorkspace(int64_t max_tokens, int64_t max_logits) override;
+  std::unique_ptr<Model> Shard(int rank, int size, Backend& backend) const override;
 
  protected:
   void PrepareWeights(Backend& backend) override;
@@ -70,6 +71,9 @@ class LlamaModel : public Model {
   bool any_stacked_ = false;
   RopeParams rope_;
   std::vector<int32_t> eos_ids_;
+  // Tensor parallelism: > 1 when this is one rank's shard (the row-parallel outputs are then
+  // all-reduced before the residual add).
+  int tp_size_ = 1;
 };
 
 }  // namespace pagoda

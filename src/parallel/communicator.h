@@ -1,0 +1,48 @@
+// Communicator: the collectives that tensor parallelism needs between the ranks holding one
+// model's shards (Megatron style): a sum all-reduce after each row-parallel layer (attention's
+// output projection, the MLP's down projection), so that every rank carries the same residual
+// stream.
+//
+// LocalGroup: `size` ranks as threads of one process sharing host memory (tensor parallelism
+// over CPU backends, and the CPU tests of the sharded model). Every rank gets the same bits:
+// each element is summed in rank order 0, 1, ..., size - 1. A GPU group goes through NCCL.
+//
+// Every rank must make the same calls in the same order with the same sizes (as with NCCL);
+// a size mismatch throws on every rank (InvalidArgument) instead of hanging.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace pagoda {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // data[0, n) = the sum of every rank's data[0, n), the same bits on every rank.
+  virtual void AllReduceSum(float* data, int64_t n) = 0;
+};
+
+class LocalGroup {
+ public:
+  // REQUIRES: size >= 1 (throws InvalidArgument otherwise).
+  explicit LocalGroup(int size);
+  ~LocalGroup();
+  LocalGroup(const LocalGroup&) = delete;
+  LocalGroup& operator=(const LocalGroup&) = delete;
+
+  int size() const;
+  // Rank r's communicator, for the thread that runs rank r.
+  Communicator& rank(int r);
+
+  struct Shared;
+
+ private:
+  std::unique_ptr<Shared> shared_;
+  std::vector<std::unique_ptr<Communicator>> ranks_;
+};
+
+}  // namespace pagoda

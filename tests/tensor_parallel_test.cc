@@ -1,0 +1,140 @@
+// Tensor parallelism on CPU backends: the HF fixtures sharded over 2 (and 4 where the heads
+// allow) ranks, one thread and one CpuBackend per rank joined by a LocalGroup. Every rank
+// computes the same logits bit for bit; they match the float64 goldens as the whole model does,
+// and greedy decoding gives the unsharded model's tokens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "backend/step_description.h"
+#include "core/error.h"
+#include "io/safetensors_file.h"
+#include "model/model.h"
+#include "parallel/communicator.h"
+#include "tests/test_util.h"
+
+namespace pagoda {
+namespace {
+
+// One model sharded over `size` ranks, each with its backend, communicator and KV cache.
+class ShardedModel {
+ public:
+  ShardedModel(const Model& full, int size, int64_t num_blocks) : group_(size) {
+    for (int r = 0; r < size; ++r) {
+      backends_.push_back(std::make_unique<CpuBackend>());
+      backends_[r]->SetCommunicator(&group_.rank(r));
+      shards_.push_back(full.Shard(r, size, *backends_[r]));
+      caches_.push_back(backends_[r]->CreateKVCache(shards_[r]->KVShapeFor(num_blocks, 16, DType::kF32)));
+    }
+  }
+  int size() const { return static_cast<int>(shards_.size()); }
+  const Model& shard(int r) const { return *shards_[r]; }
+
+  // Tokens [first, first + count) of `tokens` on every rank at once; each rank's logits rows.
+  std::vector<std::vector<float>> Forward(const std::vector<int32_t>& tokens, int64_t first, int64_t count,
+                                          LogitRows rows) {
+    const int64_t vocab = shards_[0]->spec().vocab_size;
+    std::vector<std::vector<float>> logits(size(), std::vector<float>((rows == LogitRows::kAll ? count : 1) * vocab));
+    std::vector<int32_t> table(caches_[0]->shape().num_blocks);
+    std::iota(table.begin(), table.end(), 0);
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(size());
+    for (int r = 0; r < size(); ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          StepBuilder builder;
+          ForwardSequence(*shards_[r], *caches_[r], builder, tokens, first, count, table, rows, logits[r].data());
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+    return logits;
+  }
+
+ private:
+  LocalGroup group_;
+  std::vector<std::unique_ptr<CpuBackend>> backends_;
+  std::vector<std::unique_ptr<Model>> shards_;
+  std::vector<std::unique_ptr<KVCache>> caches_;
+};
+
+struct TpCase {
+  std::string dir;
+  int size;
+};
+
+class TensorParallelTest : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(TensorParallelTest, RanksAgreeAndMatchTheGoldensAndTheWholeModelsGreedyTokens) {
+  const TpCase& c = GetParam();
+  auto full = LoadModel(testing::Fixture("models/hf/" + c.dir));
+  SafetensorsFile golden(testing::Fixture("models/hf/" + c.dir + "/golden.safetensors"));
+  const int64_t vocab = full->spec().vocab_size;
+  for (const std::string s : {"a", "b"}) {
+    SCOPED_TRACE("sequence " + s);
+    const auto ids = testing::GoldenIds(golden, s);
+    const int64_t steps = 12;
+    ShardedModel tp(*full, c.size, (static_cast<int64_t>(ids.size()) + steps) / 16 + 2);
+    EXPECT_EQ(tp.shard(0).spec().num_kv_heads * c.size, full->spec().num_kv_heads);
+    // The prompt: every position's logits, the same bits on every rank, within the goldens'
+    // tolerance (the CPU's: f32 throughout; only the row-parallel sums' order changes).
+    const auto logits = tp.Forward(ids, 0, static_cast<int64_t>(ids.size()), LogitRows::kAll);
+    for (int r = 1; r < c.size; ++r) {
+      ASSERT_EQ(std::memcmp(logits[r].data(), logits[0].data(), logits[0].size() * sizeof(float)), 0)
+          << "rank " << r << " computed other logits than rank 0";
+    }
+    testing::CheckGoldenLogits(logits[0], vocab, golden, s, 1e-3);
+    // Greedy decoding: the sharded model's tokens equal the whole model's (the goldens' margins
+    // are large enough for f32 at these steps; CheckGoldenGreedy guards the whole model).
+    auto cache = full->backend().CreateKVCache(full->KVShapeFor((static_cast<int64_t>(ids.size()) + steps) / 16 + 2, 16,
+                                                                DType::kF32));
+    const auto want = testing::GreedyWithCache(*full, *cache, ids, steps);
+    std::vector<int32_t> seq = ids, got;
+    auto last = std::vector<float>(logits[0].end() - vocab, logits[0].end());
+    for (int64_t i = 0; i < steps; ++i) {
+      const int32_t next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
+      got.push_back(next);
+      seq.push_back(next);
+      if (i + 1 < steps) last = tp.Forward(seq, static_cast<int64_t>(seq.size()) - 1, 1, LogitRows::kLast)[0];
+    }
+    EXPECT_EQ(got, want);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest,
+                         ::testing::Values(TpCase{"llama-gqa", 2}, TpCase{"qwen2-bias", 2}, TpCase{"mistral-swa", 2},
+                                           TpCase{"llama-mha", 2}, TpCase{"llama-mha", 4}),
+                         [](const auto& info) {
+                           std::string name = info.param.dir + "_tp" + std::to_string(info.param.size);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST(TensorParallelRefusalTest, SizesThatDoNotDivideTheHeadsAndUnshardedArchitecturesAreRefused) {
+  auto gqa = LoadModel(testing::Fixture("models/hf/llama-gqa"));  // 2 KV heads
+  CpuBackend backend;
+  try {
+    gqa->Shard(0, 4, backend);
+    ADD_FAILURE() << "4 ranks for 2 KV heads was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not divide the 2 key/value heads"), std::string::npos) << e.what();
+  }
+  auto mla = LoadModel(testing::Fixture("models/hf/deepseek-v2-mla"));
+  try {
+    mla->Shard(0, 2, backend);
+    ADD_FAILURE() << "DeepSeek was sharded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no sharded form"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
