@@ -83,6 +83,20 @@ TEST(CliTest, DummyModelRunsWithoutFiles) {
   EXPECT_EQ(nlohmann::json::parse(r.out).at("ids").size(), 4u);
 }
 
+// --tensor-parallel-size 2 on the CPU: the embedded pagoda-tiny (q8_0, 2 KV heads) sharded over
+// two ranks gives the unsharded greedy text; 3 ranks do not divide its KV heads.
+TEST(CliTest, TensorParallelGenerateGivesTheUnshardedText) {
+  const std::string args = "generate --prompt \"Once upon a time\" --max-tokens 24 --temperature 0";
+  const CliRun one = Pagoda(args), two = Pagoda(args + " --tensor-parallel-size 2");
+  ASSERT_EQ(one.exit_code, 0);
+  ASSERT_EQ(two.exit_code, 0);
+  EXPECT_FALSE(one.out.empty());
+  EXPECT_EQ(two.out, one.out);
+  const CliRun three = Pagoda(args + " --tensor-parallel-size 3");
+  EXPECT_EQ(three.exit_code, 1);
+  EXPECT_EQ(three.out, "");
+}
+
 TEST(CliTest, ErrorsExitNonZeroWithNothingOnStdout) {
   for (const std::string& args :
        {std::string("generate --model /nonexistent.gguf"), std::string("generate --model dummy:no-such-preset"),

@@ -1,11 +1,15 @@
 // Tensor parallelism on CPU backends: the HF fixtures sharded over 2 (and 4 where the heads
 // allow) ranks, one thread and one CpuBackend per rank joined by a LocalGroup. Every rank
 // computes the same logits bit for bit; they match the float64 goldens as the whole model does,
-// and greedy decoding gives the unsharded model's tokens.
+// and greedy decoding gives the unsharded model's tokens. Then TensorParallelModel, the
+// engine's view of a sharded model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -13,8 +17,12 @@
 #include "backend/cpu_backend.h"
 #include "backend/step_description.h"
 #include "core/error.h"
+#include "engine/engine.h"
+#include "engine/generator.h"
 #include "io/safetensors_file.h"
+#include "kv/kv_cache_config.h"
 #include "model/model.h"
+#include "model/tensor_parallel_model.h"
 #include "parallel/communicator.h"
 #include "tests/test_util.h"
 
@@ -133,6 +141,73 @@ TEST(TensorParallelRefusalTest, SizesThatDoNotDivideTheHeadsAndUnshardedArchitec
     ADD_FAILURE() << "DeepSeek was sharded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no sharded form"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// The engine-facing wrapper: stories260K (f32, 8 query / 4 KV heads) over 2 CPU ranks gives
+// the 256 published greedy tokens, and 8 concurrent requests through the engine get the tokens
+// each gets alone on the same sharded model.
+TEST(TensorParallelModelTest, Stories260KOverTwoRanksGivesThePublishedTokensAndEngineInvariance) {
+  auto tp = TensorParallelModel::OnCpu(LoadModel(testing::Fixture("models/stories260K/stories260K.bin")), 2);
+  ASSERT_EQ(tp->size(), 2);
+  EXPECT_EQ(tp->shard(1).spec().num_kv_heads * 2, tp->spec().num_kv_heads);
+  GeneratorOptions options;
+  options.kv_dtype = DType::kF32;
+  options.max_model_len = 257;
+  {
+    Generator gen(*tp, options);
+    GenerateRequest req;
+    req.prompt = {1};
+    req.sampling.temperature = 0.0;
+    req.max_tokens = 100000;
+    req.eos_ids = {1};
+    const auto out = gen.Generate(req).output;
+    std::ifstream in(testing::Fixture("models/stories260K/expected_greedy.json"));
+    const auto expected = nlohmann::json::parse(in).at("token_ids").get<std::vector<int32_t>>();
+    ASSERT_EQ(out.size(), 256u);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], expected[i + 1]) << "token " << i;
+  }
+  EngineConfig c;
+  c.kv.num_blocks = 128;
+  c.kv.block_size = 16;
+  c.kv.dtype = KVCacheDType::kF32;
+  c.scheduler.max_model_len = 256;
+  c.scheduler.max_num_batched_tokens = 512;
+  c.scheduler.max_num_seqs = 16;
+  Engine engine(*tp, nullptr, c);
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 8; ++i) {
+    RequestSpec s;
+    for (int j = 0; j < 20 + i; ++j) s.prompt.push_back(static_cast<int32_t>(1 + (i * 37 + j * 11) % 500));
+    s.sampling.temperature = 0;
+    s.max_tokens = 16;
+    s.ignore_eos = true;
+    specs.push_back(s);
+    engine.AddRequest(s);
+  }
+  std::map<int64_t, std::vector<int32_t>> out;
+  while (engine.HasUnfinished()) {
+    for (const RequestOutput& o : engine.Step()) {
+      out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    }
+  }
+  ASSERT_EQ(out.size(), specs.size());
+  size_t i = 0;
+  for (const auto& [id, ids] : out) {
+    Generator gen(*tp, options);
+    GenerateRequest req;
+    req.prompt = specs[i].prompt;
+    req.sampling.temperature = 0;
+    req.max_tokens = 16;
+    req.ignore_eos = true;
+    EXPECT_EQ(ids, gen.Generate(req).output) << "request " << id;
+    ++i;
   }
 }
 

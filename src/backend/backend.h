@@ -218,5 +218,7 @@ class Backend {
 
 // The process's CPU backend (kernels/cpu), used when nothing else is asked for.
 Backend& DefaultCpuBackend();
+// A CPU backend of its own (tensor parallelism's ranks: one per rank thread).
+std::unique_ptr<Backend> NewCpuBackend();
 
 }  // namespace pagoda

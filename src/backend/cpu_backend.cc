@@ -66,6 +66,8 @@ Backend& DefaultCpuBackend() {
   return backend;
 }
 
+std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
+
 Weight CpuBackend::PrepareWeight(const WeightMatrix& w, WeightLayout layout) {
   auto p = std::make_shared<CpuPrepared>();
   p->w = CpuWeight(w);

@@ -6,6 +6,7 @@
 #include "core/parallel.h"
 #include "kv/kv_cache_config.h"
 #include "kv/kv_layout.h"
+#include "model/tensor_parallel_model.h"
 
 #ifdef PAGODA_WITH_CUDA
 #include "backend/cuda_backend.h"
@@ -51,6 +52,10 @@ void ModelFlags::Add(CLI::App* app) {
       ->capture_default_str();
   app->add_flag("--enforce-eager", enforce_eager,
                 "launch every op of a decode step (no CUDA graphs; as vLLM's --enforce-eager)");
+  app->add_option("--tensor-parallel-size", tensor_parallel_size,
+                  "shard the model over N ranks (Megatron style; on the CPU one thread per rank)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
 }
 
 std::unique_ptr<Model> ModelFlags::LoadModel() const {
@@ -65,7 +70,15 @@ std::unique_ptr<Model> ModelFlags::LoadModel() const {
     ThrowUnsupported("--device cuda: this pagoda was built without CUDA (configure with -DPAGODA_CUDA=ON)");
 #endif
   }
-  auto m = pagoda::LoadModel(model, options);
+  std::unique_ptr<Model> m = pagoda::LoadModel(model, options);
+  if (tensor_parallel_size > 1) {
+    if (device != "cpu") {
+      ThrowUnsupported("--tensor-parallel-size " + std::to_string(tensor_parallel_size) + " with --device " + device +
+                       ": sharding across GPUs needs NCCL, which is not written yet (on the CPU it runs one "
+                       "rank per thread)");
+    }
+    m = TensorParallelModel::OnCpu(std::move(m), tensor_parallel_size);
+  }
   // Every command ends its steps with the logits in host memory, which step graphs need.
   m->backend().EnableStepGraphs(!enforce_eager);
   return m;

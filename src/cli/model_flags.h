@@ -31,12 +31,13 @@ struct ModelFlags {
   int64_t kv_heavy_tokens = 0;
   std::string device = "cpu";  // --device cpu | cuda: the backend LoadModel prepares the weights on
   bool enforce_eager = false;  // --enforce-eager: no decode-step graphs (CUDA)
+  int tensor_parallel_size = 1;  // --tensor-parallel-size: ranks the model is sharded over
 
   // Adds --model (default: the embedded pagoda-tiny, cli/default_model.h), --tokenizer, --dtype, --kv-cache-dtype, --block-size,
   // --max-model-len, --threads, and the quantized-KV options --kv-quant-group-size,
   // --kv-cache-dtype-skip-layers, --kv-sink-tokens, --kv-recent-tokens, --kv-heavy-tokens, and
   // --device (cuda needs a build with -DPAGODA_CUDA=ON; otherwise LoadModel throws Unsupported)
-  // and --enforce-eager.
+  // --enforce-eager and --tensor-parallel-size.
   void Add(CLI::App* app);
   // The quantized-KV options (validated; throws InvalidArgument naming the flag).
   KVQuantOptions KVQuant() const;

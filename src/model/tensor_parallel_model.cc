@@ -1,0 +1,106 @@
+#include "model/tensor_parallel_model.h"
+
+#include <utility>
+
+#include "core/error.h"
+#include "core/logging.h"
+
+namespace pagoda {
+
+std::unique_ptr<TensorParallelModel> TensorParallelModel::OnCpu(std::unique_ptr<Model> full, int size) {
+  PAGODA_ENSURE(size >= 1, ErrorCode::kInvalidArgument, "--tensor-parallel-size must be at least 1 (got " << size << ")");
+  auto m = std::unique_ptr<TensorParallelModel>(new TensorParallelModel(std::move(full), size));
+  m->Prepare(*m->tp_backend_);
+  return m;
+}
+
+TensorParallelModel::TensorParallelModel(std::unique_ptr<Model> full, int size)
+    : full_(std::move(full)), group_(size), logits_(size), errors_(size) {
+  std::vector<Backend*> ranks;
+  for (int r = 0; r < size; ++r) {
+    backends_.push_back(NewCpuBackend());
+    backends_[r]->SetCommunicator(&group_.rank(r));
+    shards_.push_back(full_->Shard(r, size, *backends_[r]));
+    ranks.push_back(backends_[r].get());
+  }
+  tp_backend_ = std::make_unique<TensorParallelBackend>(std::move(ranks));
+  for (int r = 1; r < size; ++r) workers_.emplace_back([this, r] { WorkerLoop(r); });
+  PAGODA_LOG(kInfo) << spec().name << ": tensor parallel over " << size << " CPU ranks, "
+                    << shards_[0]->spec().num_heads << " query / " << shards_[0]->spec().num_kv_heads
+                    << " KV heads and an MLP width of " << shards_[0]->spec().ffn_dim << " each";
+}
+
+TensorParallelModel::~TensorParallelModel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void TensorParallelModel::WorkerLoop(int rank) {
+  int64_t seen = 0;
+  for (;;) {
+    const std::function<void(int)>* job = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+    }
+    std::exception_ptr error;
+    try {
+      (*job)(rank);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      errors_[rank] = error;
+      --pending_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void TensorParallelModel::OnEveryRank(const std::function<void(int)>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = &fn;
+    pending_ = size() - 1;
+    for (auto& e : errors_) e = nullptr;
+    ++generation_;
+  }
+  cv_.notify_all();
+  try {
+    fn(0);
+  } catch (...) {
+    errors_[0] = std::current_exception();
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return pending_ == 0; });
+  for (const auto& e : errors_) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+void TensorParallelModel::ReserveWorkspace(int64_t max_tokens, int64_t max_logits) {
+  for (auto& s : shards_) s->ReserveWorkspace(max_tokens, max_logits);
+}
+
+void TensorParallelModel::Forward(const StepDescription& step, Backend& backend, KVCache& cache,
+                                  const TensorView& logits, const ForwardObserver* observer) {
+  CheckBackend(backend);
+  auto* composite = dynamic_cast<TensorParallelKVCache*>(&cache);
+  PAGODA_CHECK(composite != nullptr) << "TensorParallelModel::Forward: the KV cache was not made by its backend";
+  const int64_t rows = step.num_logits(), vocab = spec().vocab_size;
+  for (int r = 1; r < size(); ++r) logits_[r].resize(static_cast<size_t>(rows * vocab));
+  OnEveryRank([&](int r) {
+    const TensorView out = r == 0 ? logits : TensorView::F32(logits_[r].data(), rows, vocab);
+    shards_[r]->Forward(step, *backends_[r], composite->rank(r), out, r == 0 ? observer : nullptr);
+  });
+}
+
+}  // namespace pagoda
