@@ -91,7 +91,8 @@ TEST_P(TensorParallelTest, RanksAgreeAndMatchTheGoldensAndTheWholeModelsGreedyTo
     const auto ids = testing::GoldenIds(golden, s);
     const int64_t steps = 12;
     ShardedModel tp(*full, c.size, (static_cast<int64_t>(ids.size()) + steps) / 16 + 2);
-    EXPECT_EQ(tp.shard(0).spec().num_kv_heads * c.size, full->spec().num_kv_heads);
+    EXPECT_EQ(tp.shard(0).spec().num_kv_heads,
+              std::max<int64_t>(1, full->spec().num_kv_heads / c.size));  // replicated under MQA
     // The prompt: every position's logits, the same bits on every rank, within the goldens'
     // tolerance (the CPU's: f32 throughout; only the row-parallel sums' order changes).
     const auto logits = tp.Forward(ids, 0, static_cast<int64_t>(ids.size()), LogitRows::kAll);
@@ -119,7 +120,8 @@ TEST_P(TensorParallelTest, RanksAgreeAndMatchTheGoldensAndTheWholeModelsGreedyTo
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest,
                          ::testing::Values(TpCase{"llama-gqa", 2}, TpCase{"qwen2-bias", 2}, TpCase{"mistral-swa", 2},
-                                           TpCase{"llama-mha", 2}, TpCase{"llama-mha", 4}),
+                                           TpCase{"llama-mha", 2}, TpCase{"llama-mha", 4}, TpCase{"llama-gqa", 4},
+                                           TpCase{"llama-mqa", 2}, TpCase{"llama-mqa", 4}),
                          [](const auto& info) {
                            std::string name = info.param.dir + "_tp" + std::to_string(info.param.size);
                            std::replace(name.begin(), name.end(), '-', '_');
@@ -127,13 +129,19 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest,
                          });
 
 TEST(TensorParallelRefusalTest, SizesThatDoNotDivideTheHeadsAndUnshardedArchitecturesAreRefused) {
-  auto gqa = LoadModel(testing::Fixture("models/hf/llama-gqa"));  // 2 KV heads
+  auto gqa = LoadModel(testing::Fixture("models/hf/llama-gqa"));  // 4 heads, 2 KV heads
   CpuBackend backend;
   try {
-    gqa->Shard(0, 4, backend);
-    ADD_FAILURE() << "4 ranks for 2 KV heads was accepted";
+    gqa->Shard(0, 3, backend);
+    ADD_FAILURE() << "3 ranks for 2 KV heads was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not divide the 2 key/value heads"), std::string::npos) << e.what();
+  }
+  try {
+    gqa->Shard(0, 8, backend);
+    ADD_FAILURE() << "8 ranks for 4 attention heads was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not divide the 4 attention heads"), std::string::npos) << e.what();
   }
   auto mla = LoadModel(testing::Fixture("models/hf/deepseek-v2-mla"));
   try {

@@ -1,5 +1,6 @@
 #include "backend/tensor_parallel_backend.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -53,12 +54,12 @@ std::shared_ptr<float> TensorParallelBackend::Allocate(int64_t floats) { return 
 
 std::unique_ptr<KVCache> TensorParallelBackend::CreateKVCache(const KVStorageShape& shape) {
   const int64_t n = size();
-  PAGODA_CHECK(shape.num_kv_heads % n == 0)
+  PAGODA_CHECK(shape.num_kv_heads % n == 0 || n % shape.num_kv_heads == 0)
       << "tensor parallelism: " << shape.num_kv_heads << " KV heads over " << n << " ranks";
   std::vector<std::unique_ptr<KVCache>> ranks;
   for (int r = 0; r < n; ++r) {
     KVStorageShape s = shape;
-    s.num_kv_heads = shape.num_kv_heads / n;
+    s.num_kv_heads = std::max<int64_t>(1, shape.num_kv_heads / n);  // replicated when fewer than ranks
     ranks.push_back(ranks_[r]->CreateKVCache(s));
   }
   return std::make_unique<TensorParallelKVCache>(shape, std::move(ranks));

@@ -48,7 +48,8 @@ class TensorParallelBackend : public Backend {
   void LogPrepared(std::string_view model_name) override;
 
   std::shared_ptr<float> Allocate(int64_t floats) override;
-  // `shape` is the whole model's; each rank's cache has shape.num_kv_heads / size heads.
+  // `shape` is the whole model's; each rank's cache has shape.num_kv_heads / size heads (one,
+  // replicated, when there are fewer KV heads than ranks).
   std::unique_ptr<KVCache> CreateKVCache(const KVStorageShape& shape) override;
   void CopyBlock(KVCache& cache, int32_t src, int32_t dst) override;
   void EnableStepGraphs(bool on) override;

@@ -128,9 +128,15 @@ std::unique_ptr<Model> LlamaModel::Shard(int rank, int size, Backend& backend) c
   PAGODA_ENSURE(size >= 1 && rank >= 0 && rank < size, ErrorCode::kInvalidArgument,
                 "tensor parallelism: rank " << rank << " of " << size);
   const int64_t kv = spec_.num_kv_heads, hd = spec_.head_dim, ffn = spec_.ffn_dim;
-  if (kv % size != 0) {
+  // More ranks than KV heads: each KV head is replicated on size / kv ranks (as vLLM does),
+  // each rank keeping its own query heads of that group.
+  if (kv % size != 0 && size % kv != 0) {
     ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the " + std::to_string(kv) +
-                     " key/value heads of " + spec_.name);
+                     " key/value heads of " + spec_.name + " (nor is it a multiple of them)");
+  }
+  if (spec_.num_heads % size != 0) {
+    ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the " +
+                     std::to_string(spec_.num_heads) + " attention heads of " + spec_.name);
   }
   if (ffn % size != 0) {
     ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the MLP width " +
@@ -138,7 +144,9 @@ std::unique_ptr<Model> LlamaModel::Shard(int rank, int size, Backend& backend) c
   }
   // Query head h reads KV head h / group, so a rank's KV heads and their query heads are
   // contiguous rows of wq, wk, wv (and columns of wo).
-  const int64_t kv_per = kv / size, q_per = spec_.num_heads / size, ffn_per = ffn / size;
+  const int64_t kv_per = std::max<int64_t>(1, kv / size), q_per = spec_.num_heads / size, ffn_per = ffn / size;
+  // The rank's first KV head: its query heads' group.
+  const int64_t kv_first = kv >= size ? rank * kv_per : rank / (size / kv);
   ModelSpec s = spec_;
   s.num_heads = q_per;
   s.num_kv_heads = kv_per;
@@ -153,11 +161,11 @@ std::unique_ptr<Model> LlamaModel::Shard(int rank, int size, Backend& backend) c
     S.attn_norm = L.attn_norm;
     S.ffn_norm = L.ffn_norm;
     S.wq = RowSlice(L.wq, rank * q_per * hd, q_per * hd);
-    S.wk = RowSlice(L.wk, rank * kv_per * hd, kv_per * hd);
-    S.wv = RowSlice(L.wv, rank * kv_per * hd, kv_per * hd);
+    S.wk = RowSlice(L.wk, kv_first * hd, kv_per * hd);
+    S.wv = RowSlice(L.wv, kv_first * hd, kv_per * hd);
     S.bq = Slice(L.bq, rank * q_per * hd, q_per * hd);
-    S.bk = Slice(L.bk, rank * kv_per * hd, kv_per * hd);
-    S.bv = Slice(L.bv, rank * kv_per * hd, kv_per * hd);
+    S.bk = Slice(L.bk, kv_first * hd, kv_per * hd);
+    S.bv = Slice(L.bv, kv_first * hd, kv_per * hd);
     S.wo = ColSlice(L.wo, rank * q_per * hd, q_per * hd, &w.keep_alive);
     S.w_gate = RowSlice(L.w_gate, rank * ffn_per, ffn_per);
     S.w_up = RowSlice(L.w_up, rank * ffn_per, ffn_per);
