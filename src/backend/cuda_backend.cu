@@ -532,6 +532,19 @@ void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
   PAGODA_CHECK(step.block_size == cache.shape().block_size)
       << "step made for block size " << step.block_size << ", cache has " << cache.shape().block_size;
   State& s = *s_;
+  // A capture that an exception cut short (a step that never reached its logits) is ended and
+  // thrown away, with every graph, before anything else is launched.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  PAGODA_CUDA_CHECK(cudaStreamIsCapturing(s.graph_stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    cudaGraph_t orphan = nullptr;
+    (void)cudaStreamEndCapture(s.graph_stream, &orphan);
+    if (orphan != nullptr) (void)cudaGraphDestroy(orphan);
+    (void)cudaGetLastError();
+    s.phase = State::Phase::kEager;
+    s.DropGraphs();
+    PAGODA_LOG(kWarning) << "CudaBackend: a step ended while being captured; its graphs were dropped";
+  }
   s.step = &step;
   const int64_t n = step.num_tokens();
   s.token_ids.Upload(step.token_ids.data(), n);
