@@ -91,8 +91,7 @@ TEST_P(TensorParallelTest, RanksAgreeAndMatchTheGoldensAndTheWholeModelsGreedyTo
     const auto ids = testing::GoldenIds(golden, s);
     const int64_t steps = 12;
     ShardedModel tp(*full, c.size, (static_cast<int64_t>(ids.size()) + steps) / 16 + 2);
-    EXPECT_EQ(tp.shard(0).spec().num_kv_heads,
-              std::max<int64_t>(1, full->spec().num_kv_heads / c.size));  // replicated under MQA
+    EXPECT_EQ(tp.shard(0).spec().num_heads * c.size, full->spec().num_heads);
     // The prompt: every position's logits, the same bits on every rank, within the goldens'
     // tolerance (the CPU's: f32 throughout; only the row-parallel sums' order changes).
     const auto logits = tp.Forward(ids, 0, static_cast<int64_t>(ids.size()), LogitRows::kAll);
@@ -121,14 +120,15 @@ TEST_P(TensorParallelTest, RanksAgreeAndMatchTheGoldensAndTheWholeModelsGreedyTo
 INSTANTIATE_TEST_SUITE_P(Fixtures, TensorParallelTest,
                          ::testing::Values(TpCase{"llama-gqa", 2}, TpCase{"qwen2-bias", 2}, TpCase{"mistral-swa", 2},
                                            TpCase{"llama-mha", 2}, TpCase{"llama-mha", 4}, TpCase{"llama-gqa", 4},
-                                           TpCase{"llama-mqa", 2}, TpCase{"llama-mqa", 4}),
+                                           TpCase{"llama-mqa", 2}, TpCase{"llama-mqa", 4}, TpCase{"deepseek-v2-mla", 2},
+                                           TpCase{"deepseek-v2-mla", 4}, TpCase{"deepseek-v3-moe", 2}),
                          [](const auto& info) {
                            std::string name = info.param.dir + "_tp" + std::to_string(info.param.size);
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });
 
-TEST(TensorParallelRefusalTest, SizesThatDoNotDivideTheHeadsAndUnshardedArchitecturesAreRefused) {
+TEST(TensorParallelRefusalTest, SizesThatDoNotDivideTheHeadsAreRefused) {
   auto gqa = LoadModel(testing::Fixture("models/hf/llama-gqa"));  // 4 heads, 2 KV heads
   CpuBackend backend;
   try {
@@ -143,12 +143,12 @@ TEST(TensorParallelRefusalTest, SizesThatDoNotDivideTheHeadsAndUnshardedArchitec
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not divide the 4 attention heads"), std::string::npos) << e.what();
   }
-  auto mla = LoadModel(testing::Fixture("models/hf/deepseek-v2-mla"));
+  auto moe = LoadModel(testing::Fixture("models/hf/deepseek-v3-moe"));  // 4 heads, experts 64 wide
   try {
-    mla->Shard(0, 2, backend);
-    ADD_FAILURE() << "DeepSeek was sharded";
+    moe->Shard(0, 3, backend);
+    ADD_FAILURE() << "3 ranks for 4 heads was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no sharded form"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not divide the 4 attention heads"), std::string::npos) << e.what();
   }
 }
 

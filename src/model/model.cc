@@ -18,7 +18,7 @@ Backend& Model::backend() const {
 
 std::unique_ptr<Model> Model::Shard(int, int, Backend&) const {
   ThrowUnsupported("tensor parallelism: " + spec().name + " (" + spec().architecture +
-                   ") has no sharded form yet (Llama, Mistral and Qwen2 have)");
+                   ") has no sharded form for tensor parallelism");
 }
 
 void Model::CheckBackend(const Backend& backend) const {

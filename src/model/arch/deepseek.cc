@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "core/error.h"
 #include "model/rope.h"
+#include "model/weight_views.h"
 
 namespace pagoda {
 double MlaSoftmaxScale(const ModelSpec& spec) {
@@ -164,6 +166,68 @@ DeepseekModel::Buffers DeepseekModel::Views(int64_t n, int64_t m) {
   return v;
 }
 
+std::unique_ptr<Model> DeepseekModel::Shard(int rank, int size, Backend& backend) const {
+  PAGODA_ENSURE(size >= 1 && rank >= 0 && rank < size, ErrorCode::kInvalidArgument,
+                "tensor parallelism: rank " << rank << " of " << size);
+  const MlaSpec& m = spec_.mla;
+  const int64_t heads = spec_.num_heads, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dv = m.v_head_dim;
+  auto divides = [&](int64_t n, const char* what) {
+    if (n % size != 0) {
+      ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the " + std::to_string(n) +
+                       " " + what + " of " + spec_.name);
+    }
+  };
+  divides(heads, "attention heads");
+  for (const DeepseekLayerWeights& L : w_.layers) {
+    if (!L.mlp.empty()) divides(L.mlp.gate.rows, "dense MLP width");
+  }
+  if (spec_.moe.num_experts > 0) divides(spec_.moe.expert_ffn_dim, "expert MLP width");
+  if (!w_.layers.empty() && !w_.layers[0].moe.shared.empty()) divides(w_.layers[0].moe.shared.gate.rows, "shared-expert width");
+  const int64_t h0 = rank * (heads / size), hn = heads / size;
+  ModelSpec s = spec_;
+  s.num_heads = hn;
+  if (s.ffn_dim > 0) s.ffn_dim /= size;
+  s.moe.expert_ffn_dim /= size;
+  DeepseekWeights w;
+  w.embedding = w_.embedding;
+  w.output = w_.output;
+  w.final_norm = w_.final_norm;
+  w.keep_alive = w_.keep_alive;
+  auto split_mlp = [&](const SwiGluWeights& in) {
+    SwiGluWeights out;
+    if (in.empty()) return out;
+    const int64_t per = in.gate.rows / size;
+    out.gate = RowSlice(in.gate, rank * per, per);
+    out.up = RowSlice(in.up, rank * per, per);
+    out.down = ColSlice(in.down, rank * per, per, &w.keep_alive);
+    return out;
+  };
+  for (const DeepseekLayerWeights& L : w_.layers) {
+    DeepseekLayerWeights S;
+    S.attn_norm = L.attn_norm;
+    S.ffn_norm = L.ffn_norm;
+    // Query rows are per head, d_n + d_r each (after q_a when the model has a q LoRA).
+    if (L.wq.rows > 0) S.wq = RowSlice(L.wq, h0 * (dn + dr), hn * (dn + dr));
+    S.wq_a = L.wq_a;
+    S.q_a_norm = L.q_a_norm;
+    if (L.wq_b.rows > 0) S.wq_b = RowSlice(L.wq_b, h0 * (dn + dr), hn * (dn + dr));
+    S.wkv_a = L.wkv_a;
+    S.kv_a_norm = L.kv_a_norm;
+    S.wkv_b = RowSlice(L.wkv_b, h0 * (dn + dv), hn * (dn + dv));
+    S.wo = ColSlice(L.wo, h0 * dv, hn * dv, &w.keep_alive);
+    S.mlp = split_mlp(L.mlp);
+    S.moe.router = L.moe.router;
+    S.moe.score_bias = L.moe.score_bias;
+    for (const SwiGluWeights& e : L.moe.experts) S.moe.experts.push_back(split_mlp(e));
+    S.moe.shared = split_mlp(L.moe.shared);
+    w.layers.push_back(std::move(S));
+  }
+  auto shard = std::make_unique<DeepseekModel>(std::move(s), std::move(w), eos_ids_);
+  shard->tp_size_ = size;
+  shard->Prepare(backend);
+  return shard;
+}
+
 void DeepseekModel::ReserveWorkspace(int64_t max_tokens, int64_t max_logits) {
   Views(max_tokens, max_logits);
   backend().ReserveScratch(max_tokens, max_logits);
@@ -232,6 +296,7 @@ void DeepseekModel::Forward(const StepDescription& step, Backend& backend, KVCac
     const Layer& L = layers_[l];
     backend.RmsNorm(B.x, L.attn_norm.view, spec_.norm_eps, B.h);
     Attention(l, backend, cache, B);
+    if (tp_size_ > 1) backend.AllReduce(B.y);  // this rank's heads' share of o_proj
     backend.Add(B.y, B.x);
 
     backend.RmsNorm(B.x, L.ffn_norm.view, spec_.norm_eps, B.h);
@@ -244,6 +309,7 @@ void DeepseekModel::Forward(const StepDescription& step, Backend& backend, KVCac
       backend.SiluMul(gate, up, gate);
       backend.MatMul(L.mlp_down, gate, B.y);
     }
+    if (tp_size_ > 1) backend.AllReduce(B.y);  // this rank's slice of the MLP / of every expert
     backend.Add(B.y, B.x);
   }
 

@@ -80,6 +80,10 @@ class DeepseekModel : public Model {
   void ReserveWorkspace(int64_t max_tokens, int64_t max_logits) override;
   int64_t WeightBytesPerToken() const override;
   std::vector<int32_t> eos_ids() const override { return eos_ids_; }
+  // Heads split (q / q_b rows, kv_b rows, o columns); the latent path (kv_a, its norm, the
+  // latent cache, q_a) replicated; the dense MLP, every routed expert and the shared experts
+  // split by width; the router replicated (every rank routes alike).
+  std::unique_ptr<Model> Shard(int rank, int size, Backend& backend) const override;
 
   // The softmax scale MLA uses (see above).
   float softmax_scale() const { return softmax_scale_; }
@@ -118,6 +122,7 @@ class DeepseekModel : public Model {
   Weight embedding_, output_;
   PreparedVector final_norm_;
   std::vector<int32_t> eos_ids_;
+  int tp_size_ = 1;  // > 1: a rank's shard; row-parallel outputs are all-reduced
 };
 
 }  // namespace pagoda

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/rope.h"
+#include "model/weight_views.h"
 
 namespace pagoda {
 
@@ -88,42 +89,6 @@ LlamaModel::Buffers LlamaModel::Views(int64_t n, int64_t m) {
   return v;
 }
 
-namespace {
-
-// Rows [r0, r0 + n) of w: a view into the same memory.
-WeightMatrix RowSlice(const WeightMatrix& w, int64_t r0, int64_t n) {
-  WeightMatrix out = w;
-  out.data = w.row(r0);
-  out.rows = n;
-  return out;
-}
-
-// Columns [c0, c0 + n) of w, copied (kept alive by *keep). Quantized rows are cut at block
-// boundaries only.
-WeightMatrix ColSlice(const WeightMatrix& w, int64_t c0, int64_t n, std::vector<std::shared_ptr<const void>>* keep) {
-  const int64_t block = DTypeBlockSize(w.dtype);
-  if (c0 % block != 0 || n % block != 0) {
-    ThrowUnsupported("tensor parallelism: a " + std::string(DTypeName(w.dtype)) + " matrix cannot be split at column " +
-                     std::to_string(c0) + " (its blocks are " + std::to_string(block) + " wide)");
-  }
-  const int64_t offset = DTypeRowBytes(w.dtype, c0), bytes = DTypeRowBytes(w.dtype, n);
-  auto buffer = std::shared_ptr<uint8_t[]>(new uint8_t[static_cast<size_t>(w.rows * bytes)]);
-  for (int64_t r = 0; r < w.rows; ++r) std::memcpy(buffer.get() + r * bytes, w.row(r) + offset, bytes);
-  WeightMatrix out = w;
-  out.data = buffer.get();
-  out.cols = n;
-  out.row_bytes = bytes;
-  keep->push_back(std::shared_ptr<const void>(buffer, buffer.get()));
-  return out;
-}
-
-std::vector<float> Slice(const std::vector<float>& v, int64_t begin, int64_t n) {
-  if (v.empty()) return {};
-  return std::vector<float>(v.begin() + begin, v.begin() + begin + n);
-}
-
-}  // namespace
-
 std::unique_ptr<Model> LlamaModel::Shard(int rank, int size, Backend& backend) const {
   PAGODA_ENSURE(size >= 1 && rank >= 0 && rank < size, ErrorCode::kInvalidArgument,
                 "tensor parallelism: rank " << rank << " of " << size);
@@ -163,9 +128,9 @@ std::unique_ptr<Model> LlamaModel::Shard(int rank, int size, Backend& backend) c
     S.wq = RowSlice(L.wq, rank * q_per * hd, q_per * hd);
     S.wk = RowSlice(L.wk, kv_first * hd, kv_per * hd);
     S.wv = RowSlice(L.wv, kv_first * hd, kv_per * hd);
-    S.bq = Slice(L.bq, rank * q_per * hd, q_per * hd);
-    S.bk = Slice(L.bk, kv_first * hd, kv_per * hd);
-    S.bv = Slice(L.bv, kv_first * hd, kv_per * hd);
+    S.bq = SliceValues(L.bq, rank * q_per * hd, q_per * hd);
+    S.bk = SliceValues(L.bk, kv_first * hd, kv_per * hd);
+    S.bv = SliceValues(L.bv, kv_first * hd, kv_per * hd);
     S.wo = ColSlice(L.wo, rank * q_per * hd, q_per * hd, &w.keep_alive);
     S.w_gate = RowSlice(L.w_gate, rank * ffn_per, ffn_per);
     S.w_up = RowSlice(L.w_up, rank * ffn_per, ffn_per);
