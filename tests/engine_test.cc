@@ -28,46 +28,17 @@ class EngineTest : public ::testing::Test {
 
   EngineConfig Config(int64_t num_blocks, int64_t block_size = 16, bool prefix_caching = true,
                       int64_t budget = 2048) {
-    EngineConfig c;
-    c.kv.num_blocks = num_blocks;
-    c.kv.block_size = block_size;
-    c.kv.dtype = KVCacheDType::kF32;
-    c.scheduler.max_model_len = 256;
-    c.scheduler.max_num_batched_tokens = budget;
-    c.scheduler.max_num_seqs = 64;
-    c.enable_prefix_caching = prefix_caching;
-    return c;
+    return testing::SmallEngineConfig(num_blocks, block_size, prefix_caching, budget, KVCacheDType::kF32);
   }
 
   // Greedy output of one request run alone through the simple Generator.
   std::vector<int32_t> Alone(const std::vector<int32_t>& prompt, int64_t max_tokens) {
-    GeneratorOptions o;
-    o.kv_dtype = DType::kF32;
-    o.max_model_len = 256;
-    Generator g(*model_, o);
-    GenerateRequest r;
-    r.prompt = prompt;
-    r.sampling.temperature = 0;
-    r.max_tokens = max_tokens;
-    r.ignore_eos = true;
-    return g.Generate(r).output;
+    return testing::GreedyAlone(*model_, prompt, max_tokens, DType::kF32, 256);
   }
 
-  // Runs every spec to completion; returns outputs by request id.
   std::map<int64_t, std::vector<int32_t>> RunAll(Engine& e, const std::vector<RequestSpec>& specs,
                                                  std::map<int64_t, std::string>* texts = nullptr) {
-    std::map<int64_t, std::vector<int32_t>> out;
-    for (const auto& s : specs) e.AddRequest(s);
-    int guard = 0;
-    while (e.HasUnfinished() && ++guard < 100000) {
-      for (const RequestOutput& o : e.Step()) {
-        auto& v = out[o.request_id];
-        v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-        if (texts) (*texts)[o.request_id] += o.new_text;
-      }
-    }
-    EXPECT_FALSE(e.HasUnfinished());
-    return out;
+    return testing::RunEngine(e, specs, texts);
   }
 
   std::vector<RequestSpec> Specs(int n, int64_t prompt_len, int64_t max_tokens, bool shared_prefix) {

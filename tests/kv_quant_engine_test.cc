@@ -59,17 +59,8 @@ class KVQuantEngineTest : public ::testing::TestWithParam<Policy> {
   }
 
   std::vector<std::vector<int32_t>> RunAll(Engine& e, const std::vector<RequestSpec>& specs) {
-    std::map<int64_t, std::vector<int32_t>> out;
-    for (const auto& s : specs) e.AddRequest(s);
-    int guard = 0;
-    while (e.HasUnfinished() && ++guard < 100000) {
-      for (const RequestOutput& o : e.Step()) {
-        auto& v = out[o.request_id];
-        v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
-      }
-    }
     std::vector<std::vector<int32_t>> result;
-    for (auto& [id, v] : out) result.push_back(v);
+    for (auto& [id, v] : testing::RunEngine(e, specs)) result.push_back(v);
     return result;
   }
 

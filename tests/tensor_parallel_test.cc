@@ -197,24 +197,12 @@ TEST(TensorParallelModelTest, Stories260KOverTwoRanksGivesThePublishedTokensAndE
     s.max_tokens = 16;
     s.ignore_eos = true;
     specs.push_back(s);
-    engine.AddRequest(s);
   }
-  std::map<int64_t, std::vector<int32_t>> out;
-  while (engine.HasUnfinished()) {
-    for (const RequestOutput& o : engine.Step()) {
-      out[o.request_id].insert(out[o.request_id].end(), o.new_token_ids.begin(), o.new_token_ids.end());
-    }
-  }
+  const auto out = testing::RunEngine(engine, specs);
   ASSERT_EQ(out.size(), specs.size());
   size_t i = 0;
   for (const auto& [id, ids] : out) {
-    Generator gen(*tp, options);
-    GenerateRequest req;
-    req.prompt = specs[i].prompt;
-    req.sampling.temperature = 0;
-    req.max_tokens = 16;
-    req.ignore_eos = true;
-    EXPECT_EQ(ids, gen.Generate(req).output) << "request " << id;
+    EXPECT_EQ(ids, testing::GreedyAlone(*tp, specs[i].prompt, 16, DType::kF32, 257)) << "request " << id;
     ++i;
   }
 }

@@ -151,4 +151,47 @@ std::vector<int32_t> GreedyWithCache(Model& model, KVCache& cache, const std::ve
   return out;
 }
 
+EngineConfig SmallEngineConfig(int64_t num_blocks, int64_t block_size, bool prefix_caching, int64_t budget,
+                               KVCacheDType kv_dtype) {
+  EngineConfig c;
+  c.kv.num_blocks = num_blocks;
+  c.kv.block_size = block_size;
+  c.kv.dtype = kv_dtype;
+  c.scheduler.max_model_len = 256;
+  c.scheduler.max_num_batched_tokens = budget;
+  c.scheduler.max_num_seqs = 64;
+  c.enable_prefix_caching = prefix_caching;
+  return c;
+}
+
+std::map<int64_t, std::vector<int32_t>> RunEngine(Engine& engine, const std::vector<RequestSpec>& specs,
+                                                  std::map<int64_t, std::string>* texts) {
+  std::map<int64_t, std::vector<int32_t>> out;
+  for (const auto& s : specs) engine.AddRequest(s);
+  int guard = 0;
+  while (engine.HasUnfinished() && ++guard < 100000) {
+    for (const RequestOutput& o : engine.Step()) {
+      auto& v = out[o.request_id];
+      v.insert(v.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+      if (texts != nullptr) (*texts)[o.request_id] += o.new_text;
+    }
+  }
+  EXPECT_FALSE(engine.HasUnfinished());
+  return out;
+}
+
+std::vector<int32_t> GreedyAlone(Model& model, const std::vector<int32_t>& prompt, int64_t max_tokens, DType kv_dtype,
+                                 int64_t max_model_len) {
+  GeneratorOptions o;
+  o.kv_dtype = kv_dtype;
+  o.max_model_len = max_model_len;
+  Generator g(model, o);
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.sampling.temperature = 0;
+  r.max_tokens = max_tokens;
+  r.ignore_eos = true;
+  return g.Generate(r).output;
+}
+
 }  // namespace pagoda::testing

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "engine/engine.h"
 
 #include "io/safetensors_file.h"
 #include "model/model.h"
@@ -57,5 +60,19 @@ LogitErrors CheckSequence(Model& model, const SafetensorsFile& golden, const std
 // prompt.size() + steps tokens.
 std::vector<int32_t> GreedyWithCache(Model& model, KVCache& cache, const std::vector<int32_t>& prompt,
                                      int64_t steps);
+
+// An engine configuration for tests: num_blocks blocks of block_size tokens in kv_dtype, a
+// step budget, max_model_len 256 and 64 sequences at most.
+EngineConfig SmallEngineConfig(int64_t num_blocks, int64_t block_size, bool prefix_caching, int64_t budget,
+                               KVCacheDType kv_dtype);
+
+// Adds every spec to `engine` and steps it until nothing is unfinished; the generated ids (and,
+// when texts is given, the text) by request id.
+std::map<int64_t, std::vector<int32_t>> RunEngine(Engine& engine, const std::vector<RequestSpec>& specs,
+                                                  std::map<int64_t, std::string>* texts = nullptr);
+
+// The greedy tokens of `prompt` run alone through a Generator (EOS ignored).
+std::vector<int32_t> GreedyAlone(Model& model, const std::vector<int32_t>& prompt, int64_t max_tokens, DType kv_dtype,
+                                 int64_t max_model_len);
 
 }  // namespace pagoda::testing
