@@ -21,10 +21,14 @@ set(CMAKE_CUDA_STANDARD 20)
 find_package(CUDAToolkit REQUIRED)
 
 file(GLOB PAGODA_CUDA_SOURCES CONFIGURE_DEPENDS
-     ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda_backend.cu)
+     ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda_backend.cu
+     ${CMAKE_SOURCE_DIR}/src/parallel/cuda/*.cc)
+# NCCL (tensor parallelism across GPUs) ships with the CUDA toolkit.
+find_library(PAGODA_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
 add_library(pagoda_cuda STATIC ${PAGODA_CUDA_SOURCES})
 target_include_directories(pagoda_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
-target_link_libraries(pagoda_cuda PUBLIC pagoda_backend CUDA::cudart_static)
+target_link_libraries(pagoda_cuda PUBLIC pagoda_backend CUDA::cudart_static ${PAGODA_NCCL_LIBRARY})
+target_include_directories(pagoda_cuda PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_options(pagoda_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--extended-lambda -Xcompiler=-Wall>)
 target_compile_definitions(pagoda_cuda PUBLIC PAGODA_WITH_CUDA=1)
 

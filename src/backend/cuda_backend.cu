@@ -243,6 +243,10 @@ struct CudaBackend::State {
 };
 
 namespace {
+// Tensor parallelism drives one CudaBackend per GPU from several threads: every entry point
+// that allocates or launches first makes this backend's GPU the calling thread's.
+void UseDevice(int device) { PAGODA_CUDA_CHECK(cudaSetDevice(device)); }
+
 // Times one op when op timing is on (synchronizing around it), else does nothing.
 class OpTimer {
  public:
@@ -392,6 +396,7 @@ Weight CudaBackend::PrepareWeight(const WeightMatrix& w, WeightLayout) {
 }
 
 Weight CudaBackend::PrepareStacked(std::span<const WeightMatrix> parts, StackOrder order) {
+  UseDevice(s_->device);
   Weight out;
   PAGODA_CHECK(!parts.empty()) << "PrepareStacked: no parts";
   // gate|up pairs need both parts' rows in whole groups of 16; otherwise the model runs them alone.
@@ -428,6 +433,7 @@ Weight CudaBackend::PrepareStacked(std::span<const WeightMatrix> parts, StackOrd
 }
 
 void CudaBackend::PrepareMoe(MoeLayer* layer) {
+  UseDevice(s_->device);
   s_->has_moe = true;  // MoE routing syncs with the host mid-step: no step graphs
   auto m = std::make_shared<CudaMoe>();
   if (!layer->score_bias.empty()) {
@@ -456,6 +462,7 @@ void CudaBackend::PrepareMoe(MoeLayer* layer) {
 }
 
 PreparedVector CudaBackend::PrepareVector(std::span<const float> v) {
+  UseDevice(s_->device);
   PreparedVector out;
   auto owner = DeviceAlloc(v.size() * sizeof(float));
   if (!v.empty()) PAGODA_CUDA_CHECK(cudaMemcpy(owner.get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -481,12 +488,14 @@ void CudaBackend::LogPrepared(std::string_view model_name) {
 // ---- memory ----
 
 std::shared_ptr<float> CudaBackend::Allocate(int64_t floats) {
+  UseDevice(s_->device);
   s_->DropGraphs();
   std::shared_ptr<void> p = DeviceAlloc(static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float));
   return std::shared_ptr<float>(p, static_cast<float*>(p.get()));
 }
 
 std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape) {
+  UseDevice(s_->device);
   s_->DropGraphs();
   KVCacheSupport support;
   support.wide_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
@@ -498,6 +507,7 @@ std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape)
 }
 
 void CudaBackend::ReserveScratch(int64_t max_tokens, int64_t max_logits) {
+  UseDevice(s_->device);
   State& s = *s_;
   s.gemm_x.Get<uint16_t>(max_tokens * s.max_k_padded);
   // Split-k partial sums exist for at most 64 rows (kernels/cuda/gemm.cu).
@@ -506,12 +516,14 @@ void CudaBackend::ReserveScratch(int64_t max_tokens, int64_t max_logits) {
 }
 
 CudaBackend::MemoryInfo CudaBackend::DeviceMemory() const {
+  UseDevice(s_->device);
   size_t free = 0, total = 0;
   PAGODA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   return {static_cast<int64_t>(total), static_cast<int64_t>(total - free)};
 }
 
 void CudaBackend::CopyBlock(KVCache& cache, int32_t src, int32_t dst) {
+  UseDevice(s_->device);
   CudaKVCache& c = Cache(cache);
   PAGODA_CHECK(src >= 0 && dst >= 0 && src < c.shape().num_blocks && dst < c.shape().num_blocks)
       << "CopyBlock " << src << " -> " << dst;
@@ -528,6 +540,7 @@ void CudaBackend::CopyBlock(KVCache& cache, int32_t src, int32_t dst) {
 // ---- one step ----
 
 void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
+  UseDevice(s_->device);
   OpTimer timer(s_.get(), "BeginStep");
   PAGODA_CHECK(step.block_size == cache.shape().block_size)
       << "step made for block size " << step.block_size << ", cache has " << cache.shape().block_size;
@@ -870,9 +883,15 @@ void CudaBackend::Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorVi
   cuda::MoeCombine(routed, weights, n, k, dim, y.f32(), y.row_stride, s.stream);
 }
 
-void CudaBackend::AllReduce(const TensorView&) {
-  if (communicator() == nullptr || communicator()->size() == 1) return;
-  ThrowUnsupported("tensor parallelism on the CUDA backend needs an NCCL communicator, which is not written yet");
+void CudaBackend::AllReduce(const TensorView& x) {
+  Communicator* comm = communicator();
+  if (comm == nullptr || comm->size() == 1 || x.rows == 0 || x.cols == 0) return;
+  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (x.contiguous()) {
+    comm->AllReduceSumOnDevice(x.f32(), x.rows * x.cols, s_->stream);
+    return;
+  }
+  for (int64_t r = 0; r < x.rows; ++r) comm->AllReduceSumOnDevice(x.f32() + r * x.row_stride, x.cols, s_->stream);
 }
 
 void CudaBackend::CopyToHost(const TensorView& src, float* dst) {
@@ -922,6 +941,9 @@ void CudaBackend::Fill(const TensorView& dst, float value) {
   cuda::FillRows(dst.f32(), dst.row_stride, dst.rows, dst.cols, value, s_->stream);
 }
 
-void CudaBackend::Synchronize() { PAGODA_CUDA_CHECK(cudaDeviceSynchronize()); }
+void CudaBackend::Synchronize() {
+  UseDevice(s_->device);
+  PAGODA_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 }  // namespace pagoda

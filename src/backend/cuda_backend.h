@@ -17,7 +17,9 @@
 //   - Sampling and logprobs run on the host (the CPU backend's sampler).
 //   - Not yet: batch invariance on the GEMM path, CUDA graphs, device sampling, pinned
 //     uploads, the tensor-core attention kernels.
-// Thread-compatible: one step at a time; everything runs on one stream.
+// Thread-compatible: one step at a time; everything runs on one stream. Each entry point that
+// allocates or launches selects this backend's GPU on the calling thread first, so several
+// backends (one per GPU, tensor parallelism) can be driven from their own threads.
 #pragma once
 
 #include <cstdint>
@@ -76,7 +78,8 @@ class CudaBackend : public Backend {
                     const TensorView& out) override;
   void Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorView& x, const TensorView& y) override;
   void CopyToHost(const TensorView& src, float* dst) override;
-  // Tensor parallelism across GPUs needs an NCCL communicator, not written yet: refused.
+  // Tensor parallelism across GPUs: the communicator's device all-reduce (an NcclGroup's
+  // ncclAllReduce) on this backend's stream, so a captured decode step includes it.
   void AllReduce(const TensorView& x) override;
   // Sampling runs on the host for now, through the CPU backend's sampler (the engine hands in
   // host logits; device rows are copied back first). Sampling on the device is not written yet.

@@ -10,6 +10,7 @@
 
 #ifdef PAGODA_WITH_CUDA
 #include "backend/cuda_backend.h"
+#include "parallel/cuda/nccl_group.h"
 #endif
 
 namespace pagoda::cli {
@@ -53,7 +54,7 @@ void ModelFlags::Add(CLI::App* app) {
   app->add_flag("--enforce-eager", enforce_eager,
                 "launch every op of a decode step (no CUDA graphs; as vLLM's --enforce-eager)");
   app->add_option("--tensor-parallel-size", tensor_parallel_size,
-                  "shard the model over N ranks (Megatron style; on the CPU one thread per rank)")
+                  "shard the model over N ranks (Megatron style): N GPUs over NCCL, or N CPU threads")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
 }
@@ -63,21 +64,25 @@ std::unique_ptr<Model> ModelFlags::LoadModel() const {
   LoadOptions options;
   options.dtype = dtype;
   options.seed = seed_weights;
+  const bool sharded = tensor_parallel_size > 1;
   if (device == "cuda") {
 #ifdef PAGODA_WITH_CUDA
-    options.backend = &DefaultCudaBackend();
+    // Sharded: the whole model is read on the host, each rank's shard goes to its GPU.
+    if (!sharded) options.backend = &DefaultCudaBackend();
 #else
     ThrowUnsupported("--device cuda: this pagoda was built without CUDA (configure with -DPAGODA_CUDA=ON)");
 #endif
   }
   std::unique_ptr<Model> m = pagoda::LoadModel(model, options);
-  if (tensor_parallel_size > 1) {
-    if (device != "cpu") {
-      ThrowUnsupported("--tensor-parallel-size " + std::to_string(tensor_parallel_size) + " with --device " + device +
-                       ": sharding across GPUs needs NCCL, which is not written yet (on the CPU it runs one "
-                       "rank per thread)");
+  if (sharded) {
+    if (device == "cpu") {
+      m = TensorParallelModel::OnCpu(std::move(m), tensor_parallel_size);
+    } else {
+#ifdef PAGODA_WITH_CUDA
+      m = TensorParallelModel::Make(std::move(m), std::make_unique<NcclGroup>(tensor_parallel_size),
+                                    [](int rank) { return std::make_unique<CudaBackend>(rank); });
+#endif
     }
-    m = TensorParallelModel::OnCpu(std::move(m), tensor_parallel_size);
   }
   // Every command ends its steps with the logits in host memory, which step graphs need.
   m->backend().EnableStepGraphs(!enforce_eager);

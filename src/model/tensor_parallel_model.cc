@@ -9,23 +9,31 @@ namespace pagoda {
 
 std::unique_ptr<TensorParallelModel> TensorParallelModel::OnCpu(std::unique_ptr<Model> full, int size) {
   PAGODA_ENSURE(size >= 1, ErrorCode::kInvalidArgument, "--tensor-parallel-size must be at least 1 (got " << size << ")");
-  auto m = std::unique_ptr<TensorParallelModel>(new TensorParallelModel(std::move(full), size));
+  return Make(std::move(full), std::make_unique<LocalGroup>(size), [](int) { return NewCpuBackend(); });
+}
+
+std::unique_ptr<TensorParallelModel> TensorParallelModel::Make(std::unique_ptr<Model> full,
+                                                               std::unique_ptr<CommunicatorGroup> group,
+                                                               const BackendFactory& make_backend) {
+  auto m = std::unique_ptr<TensorParallelModel>(new TensorParallelModel(std::move(full), std::move(group), make_backend));
   m->Prepare(*m->tp_backend_);
   return m;
 }
 
-TensorParallelModel::TensorParallelModel(std::unique_ptr<Model> full, int size)
-    : full_(std::move(full)), group_(size), logits_(size), errors_(size) {
+TensorParallelModel::TensorParallelModel(std::unique_ptr<Model> full, std::unique_ptr<CommunicatorGroup> group,
+                                         const BackendFactory& make_backend)
+    : full_(std::move(full)), group_(std::move(group)), logits_(group_->size()), errors_(group_->size()) {
+  const int size = group_->size();
   std::vector<Backend*> ranks;
   for (int r = 0; r < size; ++r) {
-    backends_.push_back(NewCpuBackend());
-    backends_[r]->SetCommunicator(&group_.rank(r));
+    backends_.push_back(make_backend(r));
+    backends_[r]->SetCommunicator(&group_->rank(r));
     shards_.push_back(full_->Shard(r, size, *backends_[r]));
     ranks.push_back(backends_[r].get());
   }
   tp_backend_ = std::make_unique<TensorParallelBackend>(std::move(ranks));
   for (int r = 1; r < size; ++r) workers_.emplace_back([this, r] { WorkerLoop(r); });
-  PAGODA_LOG(kInfo) << spec().name << ": tensor parallel over " << size << " CPU ranks, "
+  PAGODA_LOG(kInfo) << spec().name << ": tensor parallel over " << size << " " << backends_[0]->name() << " ranks, "
                     << shards_[0]->spec().num_heads << " query / " << shards_[0]->spec().num_kv_heads
                     << " KV heads and an MLP width of " << shards_[0]->spec().ffn_dim << " each";
 }

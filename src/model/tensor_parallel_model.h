@@ -29,6 +29,11 @@ class TensorParallelModel : public Model {
   // Shards `full` (loaded and prepared on the CPU) over `size` CPU ranks. Throws Unsupported
   // when the architecture or the head counts do not allow it (Model::Shard).
   static std::unique_ptr<TensorParallelModel> OnCpu(std::unique_ptr<Model> full, int size);
+  // The general form: group->size() ranks, rank r's backend from make_backend(r) (e.g. the
+  // CUDA backend on GPU r with an NcclGroup).
+  using BackendFactory = std::function<std::unique_ptr<Backend>(int rank)>;
+  static std::unique_ptr<TensorParallelModel> Make(std::unique_ptr<Model> full, std::unique_ptr<CommunicatorGroup> group,
+                                                   const BackendFactory& make_backend);
   ~TensorParallelModel() override;
 
   int size() const { return static_cast<int>(shards_.size()); }
@@ -48,14 +53,15 @@ class TensorParallelModel : public Model {
   void PrepareWeights(Backend&) override {}
 
  private:
-  explicit TensorParallelModel(std::unique_ptr<Model> full, int size);
+  TensorParallelModel(std::unique_ptr<Model> full, std::unique_ptr<CommunicatorGroup> group,
+                      const BackendFactory& make_backend);
   // Runs fn(rank) for every rank at once (rank 0 on the calling thread); rethrows the first
   // rank's exception.
   void OnEveryRank(const std::function<void(int)>& fn);
   void WorkerLoop(int rank);
 
   std::unique_ptr<Model> full_;
-  LocalGroup group_;
+  std::unique_ptr<CommunicatorGroup> group_;
   std::vector<std::unique_ptr<Backend>> backends_;
   std::vector<std::unique_ptr<Model>> shards_;
   std::unique_ptr<TensorParallelBackend> tp_backend_;

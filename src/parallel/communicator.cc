@@ -7,6 +7,10 @@
 
 namespace pagoda {
 
+void Communicator::AllReduceSumOnDevice(float*, int64_t, void*) {
+  ThrowUnsupported("this communicator sums host memory; device buffers need an NCCL group");
+}
+
 struct LocalGroup::Shared {
   explicit Shared(int n) : size(n), sync(n), data(n, nullptr), counts(n, 0) {}
   int size;

@@ -22,21 +22,32 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // data[0, n) = the sum of every rank's data[0, n), the same bits on every rank.
+  // data[0, n) = the sum of every rank's data[0, n) in host memory, the same bits on every rank.
   virtual void AllReduceSum(float* data, int64_t n) = 0;
+  // The same over device memory, enqueued on `stream` (a cudaStream_t; NCCL's groups). The
+  // default throws Unsupported: a host group cannot reach device memory.
+  virtual void AllReduceSumOnDevice(float* data, int64_t n, void* stream);
 };
 
-class LocalGroup {
+// The communicators of one group of ranks.
+class CommunicatorGroup {
+ public:
+  virtual ~CommunicatorGroup() = default;
+  virtual int size() const = 0;
+  // Rank r's communicator, for the thread that runs rank r.
+  virtual Communicator& rank(int r) = 0;
+};
+
+class LocalGroup : public CommunicatorGroup {
  public:
   // REQUIRES: size >= 1 (throws InvalidArgument otherwise).
   explicit LocalGroup(int size);
-  ~LocalGroup();
+  ~LocalGroup() override;
   LocalGroup(const LocalGroup&) = delete;
   LocalGroup& operator=(const LocalGroup&) = delete;
 
-  int size() const;
-  // Rank r's communicator, for the thread that runs rank r.
-  Communicator& rank(int r);
+  int size() const override;
+  Communicator& rank(int r) override;
 
   struct Shared;
 
