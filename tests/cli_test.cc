@@ -97,6 +97,17 @@ TEST(CliTest, TensorParallelGenerateGivesTheUnshardedText) {
   EXPECT_EQ(three.out, "");
 }
 
+// The planner takes serve's flag name and recommends it back, with the same KV split.
+TEST(CliTest, PlanTakesAndRecommendsTheTensorParallelSize) {
+  const CliRun r = Pagoda("plan --model llama-3-70b --gpu h200 --tensor-parallel-size 4 --context 32K --concurrency 8 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("recommended").at("tensor_parallel_size").get<int64_t>(), 4);
+  const CliRun text = Pagoda("plan --model llama-3-70b --gpu h200 --tensor-parallel-size 4 --context 32K --concurrency 8");
+  ASSERT_EQ(text.exit_code, 0);
+  EXPECT_NE(text.out.find("--tensor-parallel-size"), std::string::npos) << text.out;
+}
+
 TEST(CliTest, ErrorsExitNonZeroWithNothingOnStdout) {
   for (const std::string& args :
        {std::string("generate --model /nonexistent.gguf"), std::string("generate --model dummy:no-such-preset"),

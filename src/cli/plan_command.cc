@@ -153,7 +153,9 @@ void AddPlanCommand(CLI::App& root, Action* action) {
   cmd->add_option("--gpu-bandwidth", flags->gpu_bandwidth, "memory bandwidth in GB/s");
   cmd->add_option("--gpu-tflops", flags->gpu_tflops, "dense bf16 TFLOP/s");
   cmd->add_option("--gpu-fp8-tflops", flags->gpu_fp8_tflops, "dense fp8 TFLOP/s (0: none)");
-  cmd->add_option("--num-gpus", flags->num_gpus, "tensor-parallel GPUs")->capture_default_str();
+  cmd->add_option("--num-gpus,--tensor-parallel-size", flags->num_gpus,
+                  "tensor-parallel GPUs (serve's --tensor-parallel-size)")
+      ->capture_default_str();
   cmd->add_option("--concurrency", flags->concurrency, "concurrent requests")->capture_default_str();
   cmd->add_option("--context", flags->context,
                   "tokens per request (prompt + output), e.g. 131072 or 128K; default: the "

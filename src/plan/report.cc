@@ -82,6 +82,7 @@ json PlanToJson(const PlanInputs& in, const PlanResult& r, const Advice& advice)
                       {"enable_prefix_caching", rec.enable_prefix_caching},
                       {"kv_cache_dtype", KVCacheDTypeName(rec.kv_cache_dtype)},
                       {"fits", rec.fits},
+                      {"tensor_parallel_size", in.num_gpus},
                       {"min_num_gpus", rec.min_num_gpus}};
   j["advice"] = advice.notes;
   return j;
@@ -133,6 +134,7 @@ void PrintPlan(std::FILE* out, const PlanInputs& in, const PlanResult& r, const 
   row("--kv-cache-dtype", std::string(KVCacheDTypeName(rec.kv_cache_dtype)));
   row("--gpu-memory-utilization", num(rec.gpu_memory_utilization, "%.2f"));
   row("--max-model-len", std::to_string(rec.max_model_len));
+  if (in.num_gpus > 1) row("--tensor-parallel-size", std::to_string(in.num_gpus));
   row(rec.enable_prefix_caching ? "--enable-prefix-caching" : "--no-enable-prefix-caching", "");
   row("fewest GPUs that fit", rec.min_num_gpus > 0 ? std::to_string(rec.min_num_gpus) : "> 64");
   std::fprintf(out, "\nadvice:\n");
