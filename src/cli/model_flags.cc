@@ -65,10 +65,17 @@ std::unique_ptr<Model> ModelFlags::LoadModel() const {
   options.dtype = dtype;
   options.seed = seed_weights;
   const bool sharded = tensor_parallel_size > 1;
+#ifdef PAGODA_WITH_CUDA
+  std::unique_ptr<CommunicatorGroup> gpus;  // made first: too few GPUs fails before any loading
+#endif
   if (device == "cuda") {
 #ifdef PAGODA_WITH_CUDA
     // Sharded: the whole model is read on the host, each rank's shard goes to its GPU.
-    if (!sharded) options.backend = &DefaultCudaBackend();
+    if (sharded) {
+      gpus = std::make_unique<NcclGroup>(tensor_parallel_size);
+    } else {
+      options.backend = &DefaultCudaBackend();
+    }
 #else
     ThrowUnsupported("--device cuda: this pagoda was built without CUDA (configure with -DPAGODA_CUDA=ON)");
 #endif
@@ -79,7 +86,7 @@ std::unique_ptr<Model> ModelFlags::LoadModel() const {
       m = TensorParallelModel::OnCpu(std::move(m), tensor_parallel_size);
     } else {
 #ifdef PAGODA_WITH_CUDA
-      m = TensorParallelModel::Make(std::move(m), std::make_unique<NcclGroup>(tensor_parallel_size),
+      m = TensorParallelModel::Make(std::move(m), std::move(gpus),
                                     [](int rank) { return std::make_unique<CudaBackend>(rank); });
 #endif
     }
