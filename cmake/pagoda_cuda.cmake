@@ -23,11 +23,11 @@ find_package(CUDAToolkit REQUIRED)
 file(GLOB PAGODA_CUDA_SOURCES CONFIGURE_DEPENDS
      ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda_backend.cu
      ${CMAKE_SOURCE_DIR}/src/parallel/cuda/*.cc)
-# NCCL (tensor parallelism across GPUs) ships with the CUDA toolkit.
-find_library(PAGODA_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
+# NCCL (tensor parallelism across GPUs) ships with the CUDA toolkit: its header at build time,
+# the library opened at run time (parallel/cuda/nccl_group.cc), so pagoda starts without it.
 add_library(pagoda_cuda STATIC ${PAGODA_CUDA_SOURCES})
 target_include_directories(pagoda_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
-target_link_libraries(pagoda_cuda PUBLIC pagoda_backend CUDA::cudart_static ${PAGODA_NCCL_LIBRARY})
+target_link_libraries(pagoda_cuda PUBLIC pagoda_backend CUDA::cudart_static ${CMAKE_DL_LIBS})
 target_include_directories(pagoda_cuda PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
 target_compile_options(pagoda_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--extended-lambda -Xcompiler=-Wall>)
 target_compile_definitions(pagoda_cuda PUBLIC PAGODA_WITH_CUDA=1)

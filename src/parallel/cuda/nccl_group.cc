@@ -1,6 +1,7 @@
 #include "parallel/cuda/nccl_group.h"
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
 #include <cstdlib>
@@ -11,16 +12,47 @@
 namespace pagoda {
 namespace {
 
+// NCCL is opened at run time (dlopen), on the first NcclGroup: pagoda starts on machines
+// without it, and only tensor parallelism across GPUs asks for it.
+struct Nccl {
+  decltype(&ncclCommInitAll) comm_init_all = nullptr;
+  decltype(&ncclAllReduce) all_reduce = nullptr;
+  decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclGetErrorString) error_string = nullptr;
+};
+
+const Nccl& LoadNccl() {
+  static const Nccl nccl = [] {
+    void* lib = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL);
+    if (lib == nullptr) lib = ::dlopen("libnccl.so", RTLD_NOW | RTLD_GLOBAL);
+    if (lib == nullptr) {
+      const char* why = ::dlerror();
+      ThrowUnsupported(std::string("tensor parallelism across GPUs needs NCCL (libnccl.so.2, part of the CUDA "
+                                   "toolkit): ") + (why != nullptr ? why : "not found"));
+    }
+    Nccl n;
+    n.comm_init_all = reinterpret_cast<decltype(n.comm_init_all)>(::dlsym(lib, "ncclCommInitAll"));
+    n.all_reduce = reinterpret_cast<decltype(n.all_reduce)>(::dlsym(lib, "ncclAllReduce"));
+    n.comm_destroy = reinterpret_cast<decltype(n.comm_destroy)>(::dlsym(lib, "ncclCommDestroy"));
+    n.error_string = reinterpret_cast<decltype(n.error_string)>(::dlsym(lib, "ncclGetErrorString"));
+    if (!n.comm_init_all || !n.all_reduce || !n.comm_destroy || !n.error_string) {
+      ThrowUnsupported("libnccl.so.2 lacks ncclCommInitAll / ncclAllReduce / ncclCommDestroy / ncclGetErrorString");
+    }
+    return n;
+  }();
+  return nccl;
+}
+
 void CheckNccl(ncclResult_t r, const char* what) {
   if (r != ncclSuccess) {
-    ThrowError(ErrorCode::kInternal, std::string("NCCL error in ") + what + ": " + ncclGetErrorString(r));
+    ThrowError(ErrorCode::kInternal, std::string("NCCL error in ") + what + ": " + LoadNccl().error_string(r));
   }
 }
 
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
-  ~NcclCommunicator() override { (void)ncclCommDestroy(comm_); }
+  ~NcclCommunicator() override { (void)LoadNccl().comm_destroy(comm_); }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void AllReduceSum(float*, int64_t) override {
@@ -28,8 +60,8 @@ class NcclCommunicator : public Communicator {
   }
   void AllReduceSumOnDevice(float* data, int64_t n, void* stream) override {
     if (size_ == 1 || n == 0) return;
-    CheckNccl(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_,
-                            static_cast<cudaStream_t>(stream)),
+    CheckNccl(LoadNccl().all_reduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm_,
+                                    static_cast<cudaStream_t>(stream)),
               "ncclAllReduce");
   }
 
@@ -56,7 +88,7 @@ NcclGroup::NcclGroup(int size) {
   std::vector<ncclComm_t> comms(size);
   std::vector<int> devlist(size);
   for (int r = 0; r < size; ++r) devlist[r] = r;
-  CheckNccl(ncclCommInitAll(comms.data(), size, devlist.data()), "ncclCommInitAll");
+  CheckNccl(LoadNccl().comm_init_all(comms.data(), size, devlist.data()), "ncclCommInitAll");
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<NcclCommunicator>(comms[r], r, size));
 }
 
