@@ -21,6 +21,7 @@
 #include "engine/generator.h"
 #include "io/safetensors_file.h"
 #include "kv/kv_cache_config.h"
+#include "kv/kv_layout.h"
 #include "model/model.h"
 #include "model/tensor_parallel_model.h"
 #include "parallel/communicator.h"
@@ -161,6 +162,25 @@ namespace {
 // The engine-facing wrapper: stories260K (f32, 8 query / 4 KV heads) over 2 CPU ranks gives
 // the 256 published greedy tokens, and 8 concurrent requests through the engine get the tokens
 // each gets alone on the same sharded model.
+// The KV cache of a sharded model stores what Model::KVCopies says: the heads once when they
+// divide among the ranks, each head on every rank of its group when there are fewer heads than
+// ranks, and MLA's latent on every rank.
+TEST(TensorParallelModelTest, KVCopiesCountWhatTheRanksCachesHold) {
+  struct Case {
+    std::string dir;
+    int size;
+    int64_t copies;
+  };
+  for (const Case& c : {Case{"llama-gqa", 2, 1}, Case{"llama-mqa", 4, 4}, Case{"llama-gqa", 4, 2},
+                        Case{"deepseek-v2-mla", 2, 2}}) {
+    SCOPED_TRACE(c.dir + " over " + std::to_string(c.size));
+    auto tp = TensorParallelModel::OnCpu(LoadModel(testing::Fixture("models/hf/" + c.dir)), c.size);
+    EXPECT_EQ(tp->KVCopies(), c.copies);
+    auto cache = tp->backend().CreateKVCache(tp->KVShapeFor(8, 16, DType::kF32));
+    EXPECT_EQ(cache->bytes(), KVBytesPerToken(tp->spec().kv_shape(), KVCacheDType::kF32, {}) * c.copies * 8 * 16);
+  }
+}
+
 TEST(TensorParallelModelTest, Stories260KOverTwoRanksGivesThePublishedTokensAndEngineInvariance) {
   auto tp = TensorParallelModel::OnCpu(LoadModel(testing::Fixture("models/stories260K/stories260K.bin")), 2);
   ASSERT_EQ(tp->size(), 2);

@@ -74,7 +74,17 @@ void TensorParallelBackend::EnableStepGraphs(bool on) {
   for (Backend* b : ranks_) b->EnableStepGraphs(on);
 }
 
-Backend::MemoryInfo TensorParallelBackend::DeviceMemory() const { return ranks_[0]->DeviceMemory(); }
+Backend::MemoryInfo TensorParallelBackend::DeviceMemory() const {
+  // Every rank's device together: the KV budget is then the sum of the ranks' budgets, and the
+  // cache's bytes per token count every rank's share (Model::KVCopies for replicated heads).
+  MemoryInfo sum;
+  for (const Backend* b : ranks_) {
+    const MemoryInfo m = b->DeviceMemory();
+    sum.total += m.total;
+    sum.used += m.used;
+  }
+  return sum;
+}
 
 void TensorParallelBackend::BeginStep(const StepDescription&, KVCache&) { NotHere("BeginStep"); }
 void TensorParallelBackend::Embedding(const Weight&, const TensorView&) { NotHere("Embedding"); }

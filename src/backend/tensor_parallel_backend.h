@@ -6,7 +6,7 @@
 //     same block ids; CopyBlock copies a block on every rank (prefix caching's copy-on-write);
 //   - sampling, logprobs, host copies, Allocate: rank 0's backend (every rank holds the same
 //     logits, since the LM head is replicated);
-//   - EnableStepGraphs, DeviceMemory: every rank / rank 0.
+//   - EnableStepGraphs: every rank; DeviceMemory: the sum over the ranks' devices.
 // The per-layer ops (MatMul, PagedAttention, ...) throw: they belong to the ranks' backends.
 #pragma once
 

@@ -145,6 +145,7 @@ EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, Model& model) cons
       model.spec().weight_dtype == DType::kF32 ? KVCacheDType::kF32 : KVCacheDType::kBF16;
   KVCacheSizingOptions o;
   o.shape = model.spec().kv_shape();
+  o.kv_copies = model.KVCopies();
   o.dtype = ParseKVCacheDType(flags.kv_cache_dtype, model_default);
   o.quant = flags.KVQuant();
   o.block_size = flags.block_size;

@@ -103,7 +103,8 @@ KVCacheConfig ComputeKVCacheConfig(const KVCacheSizingOptions& o) {
   c.block_size = o.block_size;
   c.max_model_len = o.max_model_len;
   c.dtype = o.dtype;
-  c.bytes_per_token = KVBytesPerToken(o.shape, o.dtype, o.quant);
+  PAGODA_ENSURE(o.kv_copies >= 1, ErrorCode::kInvalidArgument, "kv_copies " << o.kv_copies << " must be at least 1");
+  c.bytes_per_token = KVBytesPerToken(o.shape, o.dtype, o.quant) * o.kv_copies;
   PAGODA_ENSURE(c.bytes_per_token > 0, ErrorCode::kInvalidArgument,
                 "the model caches 0 bytes per token (num_layers " << o.shape.num_layers
                                                                   << ", num_kv_heads "

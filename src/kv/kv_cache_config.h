@@ -51,6 +51,7 @@ struct KVCacheSizingOptions {
   int64_t non_kv_bytes = 0;        // weights + peak activations, outside the KV budget
   int64_t cpu_available_bytes = -1;  // CPU: MemAvailable; -1 reads /proc/meminfo
   int64_t max_kv_tokens = 0;         // CPU default only: no more tokens than this (0: no cap)
+  int64_t kv_copies = 1;             // copies of the shape's bytes per token stored (Model::KVCopies)
 };
 
 struct KVCacheConfig {

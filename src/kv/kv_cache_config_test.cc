@@ -88,6 +88,21 @@ TEST(KVCacheConfigTest, GpuMemoryUtilizationLeavesRoomForWeights) {
   EXPECT_THROW(ComputeKVCacheConfig(o), Error);
 }
 
+// Tensor parallelism storing two copies of the shape's bytes (replicated KV heads, MLA's latent
+// on every rank): the same budget holds half the tokens, and the line reports the true bytes.
+TEST(KVCacheConfigTest, KVCopiesMultiplyTheBytesPerToken) {
+  KVCacheSizingOptions o = Tiny();
+  o.kv_cache_memory_bytes = 64LL << 20;
+  const KVCacheConfig one = ComputeKVCacheConfig(o);
+  o.kv_copies = 2;
+  const KVCacheConfig two = ComputeKVCacheConfig(o);
+  EXPECT_EQ(two.bytes_per_token, 2 * one.bytes_per_token);
+  EXPECT_EQ(two.num_blocks * 2, one.num_blocks);
+  EXPECT_LE(two.memory_bytes(), 64LL << 20);
+  o.kv_copies = 0;
+  EXPECT_THROW(ComputeKVCacheConfig(o), Error);
+}
+
 TEST(KVCacheConfigTest, CpuDefaultIsHalfTheAvailableRam) {
   KVCacheSizingOptions o = Tiny();
   o.cpu_available_bytes = (256LL << 20) + (64LL << 20);

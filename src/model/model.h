@@ -69,6 +69,10 @@ class Model {
   // MLP width. Throws Unsupported for architectures without a sharded form or when `size` does
   // not divide the KV heads and the MLP width.
   virtual std::unique_ptr<Model> Shard(int rank, int size, Backend& backend) const;
+  // How many copies of spec().kv_shape()'s bytes per token the model's KV cache stores: 1,
+  // except under tensor parallelism with fewer KV heads than ranks (each head is replicated)
+  // and for MLA (the latent cache is on every rank). KV sizing multiplies by it.
+  virtual int64_t KVCopies() const { return 1; }
 
  protected:
   // The model's part of Prepare: its weights as Backend::Weights.

@@ -94,6 +94,12 @@ void TensorParallelModel::OnEveryRank(const std::function<void(int)>& fn) {
   }
 }
 
+int64_t TensorParallelModel::KVCopies() const {
+  const KVShape s = spec().kv_shape();
+  if (s.mla) return size();  // the latent cache on every rank
+  return s.num_kv_heads < size() ? size() / s.num_kv_heads : 1;
+}
+
 void TensorParallelModel::ReserveWorkspace(int64_t max_tokens, int64_t max_logits) {
   for (auto& s : shards_) s->ReserveWorkspace(max_tokens, max_logits);
 }

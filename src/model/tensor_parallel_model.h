@@ -47,6 +47,7 @@ class TensorParallelModel : public Model {
   void Forward(const StepDescription& step, Backend& backend, KVCache& cache, const TensorView& logits,
                const ForwardObserver* observer) override;
   int64_t WeightBytesPerToken() const override { return full_->WeightBytesPerToken(); }
+  int64_t KVCopies() const override;
   std::vector<int32_t> eos_ids() const override { return full_->eos_ids(); }
 
  protected:
