@@ -21,7 +21,7 @@ set(CMAKE_CUDA_STANDARD 20)
 find_package(CUDAToolkit REQUIRED)
 
 file(GLOB PAGODA_CUDA_SOURCES CONFIGURE_DEPENDS
-     ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda_backend.cu
+     ${CMAKE_SOURCE_DIR}/src/kernels/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/backend/cuda_*.cu
      ${CMAKE_SOURCE_DIR}/src/parallel/cuda/*.cc)
 # NCCL (tensor parallelism across GPUs) ships with the CUDA toolkit: its header at build time,
 # the library opened at run time (parallel/cuda/nccl_group.cc), so pagoda starts without it.

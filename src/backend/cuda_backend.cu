@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <deque>
 #include <sstream>
 #include <string>
+
+#include "backend/cuda_kv_cache.cuh"
+#include "backend/cuda_memory.cuh"
+#include "backend/cuda_step_graphs.cuh"
+#include "backend/cuda_weights.cuh"
 
 #include "core/error.h"
 #include "core/logging.h"
@@ -24,54 +27,6 @@
 namespace pagoda {
 namespace {
 
-std::shared_ptr<void> DeviceAlloc(size_t bytes) {
-  void* p = nullptr;
-  PAGODA_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256)));
-  // A deleter must not throw; at process exit the runtime may already be gone.
-  return std::shared_ptr<void>(p, [](void* q) { (void)cudaFree(q); });
-}
-
-// A device buffer that only grows (a warmed-up step allocates nothing from it). A replaced
-// buffer stays allocated: a captured step graph may still read it (it was large enough for
-// that graph's step).
-struct DeviceScratch {
-  std::shared_ptr<void> ptr;
-  size_t bytes = 0;
-  std::vector<std::shared_ptr<void>> retired;
-  template <typename T>
-  T* Get(int64_t n) {
-    const size_t need = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T);
-    if (need > bytes) {
-      if (ptr) retired.push_back(std::move(ptr));
-      ptr = DeviceAlloc(need);
-      bytes = need;
-    }
-    return static_cast<T*>(ptr.get());
-  }
-  template <typename T>
-  T* Upload(const T* host, int64_t n) {
-    T* d = Get<T>(n);
-    if (n > 0) PAGODA_CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-  }
-};
-
-// A prepared weight on the device: f32 [rows, cols] for f32 models, else bf16 bits
-// [rows, k_padded] (k padded with zeros to the GEMM's k-tile) with its fixed k chunks.
-struct CudaWeight {
-  std::shared_ptr<void> data;
-  DType dtype = DType::kF32;  // kF32 or kBF16
-  int64_t rows = 0, cols = 0, k_padded = 0;
-  cuda::GemmSplits splits;
-  const float* f32() const { return static_cast<const float*>(data.get()); }
-  const uint16_t* bf16() const { return static_cast<const uint16_t*>(data.get()); }
-};
-
-const CudaWeight& Impl(const Weight& w) {
-  PAGODA_CHECK(w.impl != nullptr) << "CudaBackend: a weight not prepared by the CUDA backend";
-  return *static_cast<const CudaWeight*>(w.impl.get());
-}
-
 struct CudaMoe {
   std::vector<float> score_bias;  // host copy for the host-side routing
   // The router in f32 (bf16 values widened exactly), multiplied with f32 activations as the
@@ -79,53 +34,6 @@ struct CudaMoe {
   // between experts and change the layer's output wholesale.
   CudaWeight router_f32;
 };
-
-int64_t ElementBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
-
-// Per layer, a K and a V array of blocks [num_blocks, block_size, width] in shape.dtype.
-class CudaKVCache : public KVCache {
- public:
-  explicit CudaKVCache(const KVStorageShape& s) : shape_(s) {
-    k_width_ = s.num_kv_heads * s.head_dim;
-    v_width_ = s.num_kv_heads * (s.head_dim_v > 0 ? s.head_dim_v : s.head_dim);
-    for (int64_t l = 0; l < s.num_layers; ++l) {
-      k_.push_back(DeviceAlloc(k_block_bytes() * s.num_blocks));
-      v_.push_back(DeviceAlloc(v_block_bytes() * s.num_blocks));
-    }
-  }
-  const KVStorageShape& shape() const override { return shape_; }
-  int64_t bytes() const override { return shape_.num_layers * shape_.num_blocks * (k_block_bytes() + v_block_bytes()); }
-  int64_t side_bytes() const override { return 0; }
-  // Only quantized formats use per-tensor scales, and those are refused at creation.
-  void SetTensorScales(int64_t, float, float) override {}
-
-  void* k(int64_t l) const { return k_[l].get(); }
-  void* v(int64_t l) const { return v_[l].get(); }
-  int64_t k_width() const { return k_width_; }
-  int64_t v_width() const { return v_width_; }
-  int64_t k_block_bytes() const { return shape_.block_size * k_width_ * ElementBytes(shape_.dtype); }
-  int64_t v_block_bytes() const { return shape_.block_size * v_width_ * ElementBytes(shape_.dtype); }
-
- private:
-  KVStorageShape shape_;
-  int64_t k_width_ = 0, v_width_ = 0;
-  std::vector<std::shared_ptr<void>> k_, v_;
-};
-
-CudaKVCache& Cache(KVCache& cache) {
-  auto* c = dynamic_cast<CudaKVCache*>(&cache);
-  PAGODA_CHECK(c != nullptr) << "the KV cache was not made by the CUDA backend";
-  return *c;
-}
-
-bool IsDevicePointer(const void* p) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
 
 void CheckF32(const TensorView& v, const char* what) {
   PAGODA_CHECK(v.dtype == DType::kF32) << "CudaBackend: " << what << " is not f32";
@@ -135,27 +43,12 @@ void CheckF32(const TensorView& v, const char* what) {
 
 struct CudaBackend::State {
   int device = 0;
-  // Where ops launch: the legacy default stream (ordered with the synchronous copies), or
-  // graph_stream while a decode step is being captured into a CUDA graph.
+  // Where ops launch: the legacy default stream (ordered with the synchronous copies), or the
+  // graphs' stream while a decode step is being captured.
   cudaStream_t stream = nullptr;
+  std::unique_ptr<StepGraphs> graphs;  // made once the device is selected
+  bool has_moe = false;  // MoE routing waits on the host mid-step: no step graphs
 
-  // Decode steps as CUDA graphs (EnableStepGraphs): per (batch size, KV cache), the first step
-  // runs eagerly (it sizes every scratch buffer), the second is captured and launched, later
-  // ones replay it.
-  // Every kernel reads the step from the same device buffers, so a replay sees the new step.
-  enum class Phase { kEager, kCapturing, kReplaying };
-  bool graphs_enabled = false, has_moe = false;
-  Phase phase = Phase::kEager;
-  cudaStream_t graph_stream = nullptr;
-  cudaEvent_t uploaded = nullptr;
-  struct StepGraph {
-    int64_t batch = 0;
-    const KVCache* cache = nullptr;  // a cache belongs to one model: its workspace, its weights
-    cudaGraphExec_t exec = nullptr;
-  };
-  std::deque<StepGraph> graphs;  // stable addresses
-  StepGraph* graph = nullptr;  // the current step's
-  int64_t graph_launches = 0;
   // Per-op device time (EnableOpTimes): each op synchronizes before and after itself.
   bool time_ops = false;
   std::vector<std::pair<std::string, double>> op_seconds;
@@ -168,14 +61,6 @@ struct CudaBackend::State {
     }
     op_seconds.emplace_back(name, seconds);
   }
-
-  // New workspace or cache memory may reuse addresses a graph was captured with: start over.
-  void DropGraphs() {
-    PAGODA_CHECK(phase == Phase::kEager) << "CudaBackend: memory allocated in the middle of a graphed step";
-    for (StepGraph& g : graphs) (void)cudaGraphExecDestroy(g.exec);
-    graphs.clear();
-    graph = nullptr;
-  }  // the legacy default stream: synchronous copies order with it
 
   // The current step, uploaded.
   const StepDescription* step = nullptr;
@@ -289,23 +174,14 @@ CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
                 "CUDA device " << device << " does not exist (" << count << " found)");
   s_->device = device;
   PAGODA_CUDA_CHECK(cudaSetDevice(device));
-  PAGODA_CUDA_CHECK(cudaStreamCreateWithFlags(&s_->graph_stream, cudaStreamNonBlocking));
-  PAGODA_CUDA_CHECK(cudaEventCreateWithFlags(&s_->uploaded, cudaEventDisableTiming));
+  s_->graphs = std::make_unique<StepGraphs>();
   PAGODA_LOG(kInfo) << "CUDA backend on " << DeviceSummary();
 }
 
-CudaBackend::~CudaBackend() {
-  if (!s_) return;
-  for (State::StepGraph& g : s_->graphs) (void)cudaGraphExecDestroy(g.exec);
-  if (s_->uploaded != nullptr) (void)cudaEventDestroy(s_->uploaded);
-  if (s_->graph_stream != nullptr) (void)cudaStreamDestroy(s_->graph_stream);
-}
+CudaBackend::~CudaBackend() = default;
 
-void CudaBackend::EnableStepGraphs(bool on) {
-  s_->graphs_enabled = on;
-  if (!on) s_->DropGraphs();
-}
-int64_t CudaBackend::num_step_graphs() const { return static_cast<int64_t>(s_->graphs.size()); }
+void CudaBackend::EnableStepGraphs(bool on) { s_->graphs->Enable(on); }
+int64_t CudaBackend::num_step_graphs() const { return s_->graphs->size(); }
 
 CudaBackend& DefaultCudaBackend() {
   static CudaBackend backend;  // a throwing constructor leaves it unmade: the next call retries
@@ -322,74 +198,6 @@ std::string CudaBackend::DeviceSummary() const {
 }
 
 // ---- preparation ----
-
-namespace {
-
-// Rows of `parts` stacked in `order` (kernels/params/matmul_params.h), as one weight: f32 when
-// every part is f32, else bf16 with k padded to the GEMM's k-tile. Quantized and f16 values are
-// rounded to bf16 (counted in *rounded).
-std::shared_ptr<CudaWeight> UploadRows(std::span<const WeightMatrix> parts, StackOrder order, int64_t* rounded,
-                                       int64_t* bytes) {
-  auto p = std::make_shared<CudaWeight>();
-  p->cols = parts[0].cols;
-  bool all_f32 = true;
-  for (const WeightMatrix& w : parts) {
-    PAGODA_CHECK(w.cols == p->cols) << "stacked weights of " << w.cols << " and " << p->cols << " columns";
-    p->rows += w.rows;
-    all_f32 = all_f32 && w.dtype == DType::kF32;
-    if (w.dtype != DType::kF32 && w.dtype != DType::kBF16) ++*rounded;
-  }
-  // Row r of the stack: (part, row in part).
-  std::vector<std::pair<int, int64_t>> source;
-  source.reserve(p->rows);
-  if (order == StackOrder::kPairs16) {
-    PAGODA_CHECK(parts.size() == 2 && parts[0].rows == parts[1].rows && parts[0].rows % 16 == 0)
-        << "kPairs16 stacks two parts of equal rows, a multiple of 16";
-    for (int64_t b = 0; b < parts[0].rows; b += 16) {
-      for (int part = 0; part < 2; ++part) {
-        for (int64_t j = 0; j < 16; ++j) source.emplace_back(part, b + j);
-      }
-    }
-  } else {
-    for (int part = 0; part < static_cast<int>(parts.size()); ++part) {
-      for (int64_t r = 0; r < parts[part].rows; ++r) source.emplace_back(part, r);
-    }
-  }
-  std::vector<float> row(static_cast<size_t>(p->cols));
-  if (all_f32) {
-    p->dtype = DType::kF32;
-    p->k_padded = p->cols;
-    std::vector<float> host(static_cast<size_t>(p->rows * p->cols));
-    for (int64_t r = 0; r < p->rows; ++r) {
-      const WeightMatrix& w = parts[source[r].first];
-      DequantizeRow(w.dtype, w.row(source[r].second), host.data() + r * p->cols, p->cols);
-    }
-    p->data = DeviceAlloc(host.size() * sizeof(float));
-    PAGODA_CUDA_CHECK(cudaMemcpy(p->data.get(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-    *bytes += static_cast<int64_t>(host.size() * sizeof(float));
-    return p;
-  }
-  p->dtype = DType::kBF16;
-  p->k_padded = cuda::GemmPaddedK(p->cols);
-  p->splits = cuda::GemmSplitsFor(p->rows, p->k_padded);
-  std::vector<uint16_t> host(static_cast<size_t>(p->rows * p->k_padded), 0);
-  for (int64_t r = 0; r < p->rows; ++r) {
-    const WeightMatrix& w = parts[source[r].first];
-    uint16_t* out = host.data() + r * p->k_padded;
-    if (w.dtype == DType::kBF16) {
-      std::memcpy(out, w.row(source[r].second), p->cols * sizeof(uint16_t));
-    } else {
-      DequantizeRow(w.dtype, w.row(source[r].second), row.data(), p->cols);
-      for (int64_t i = 0; i < p->cols; ++i) out[i] = F32ToBf16(row[i]);
-    }
-  }
-  p->data = DeviceAlloc(host.size() * sizeof(uint16_t));
-  PAGODA_CUDA_CHECK(cudaMemcpy(p->data.get(), host.data(), host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
-  *bytes += static_cast<int64_t>(host.size() * sizeof(uint16_t));
-  return p;
-}
-
-}  // namespace
 
 Weight CudaBackend::PrepareWeight(const WeightMatrix& w, WeightLayout) {
   return PrepareStacked(std::span<const WeightMatrix>(&w, 1), StackOrder::kConcat);
@@ -434,30 +242,14 @@ Weight CudaBackend::PrepareStacked(std::span<const WeightMatrix> parts, StackOrd
 
 void CudaBackend::PrepareMoe(MoeLayer* layer) {
   UseDevice(s_->device);
-  s_->has_moe = true;  // MoE routing syncs with the host mid-step: no step graphs
+  s_->has_moe = true;
   auto m = std::make_shared<CudaMoe>();
   if (!layer->score_bias.empty()) {
     const TensorView& v = layer->score_bias.view;
     m->score_bias.resize(v.cols);
     PAGODA_CUDA_CHECK(cudaMemcpy(m->score_bias.data(), v.data, v.cols * sizeof(float), cudaMemcpyDeviceToHost));
   }
-  const CudaWeight& router = Impl(layer->router);
-  if (router.dtype == DType::kF32) {
-    m->router_f32 = router;
-  } else {
-    std::vector<uint16_t> bits(static_cast<size_t>(router.rows * router.k_padded));
-    PAGODA_CUDA_CHECK(cudaMemcpy(bits.data(), router.bf16(), bits.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-    std::vector<float> wide(static_cast<size_t>(router.rows * router.cols));
-    for (int64_t r = 0; r < router.rows; ++r) {
-      for (int64_t c = 0; c < router.cols; ++c) wide[r * router.cols + c] = Bf16ToF32(bits[r * router.k_padded + c]);
-    }
-    CudaWeight& w = m->router_f32;
-    w.dtype = DType::kF32;
-    w.rows = router.rows;
-    w.cols = w.k_padded = router.cols;
-    w.data = DeviceAlloc(wide.size() * sizeof(float));
-    PAGODA_CUDA_CHECK(cudaMemcpy(w.data.get(), wide.data(), wide.size() * sizeof(float), cudaMemcpyHostToDevice));
-  }
+  m->router_f32 = WidenToF32(Impl(layer->router));
   layer->impl = std::move(m);
 }
 
@@ -489,14 +281,14 @@ void CudaBackend::LogPrepared(std::string_view model_name) {
 
 std::shared_ptr<float> CudaBackend::Allocate(int64_t floats) {
   UseDevice(s_->device);
-  s_->DropGraphs();
+  s_->graphs->Drop();
   std::shared_ptr<void> p = DeviceAlloc(static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float));
   return std::shared_ptr<float>(p, static_cast<float*>(p.get()));
 }
 
 std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape) {
   UseDevice(s_->device);
-  s_->DropGraphs();
+  s_->graphs->Drop();
   KVCacheSupport support;
   support.wide_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
   support.formats = {};  // fp8/int8/int4/nvfp4/kivi2: not on the GPU yet
@@ -524,7 +316,7 @@ CudaBackend::MemoryInfo CudaBackend::DeviceMemory() const {
 
 void CudaBackend::CopyBlock(KVCache& cache, int32_t src, int32_t dst) {
   UseDevice(s_->device);
-  CudaKVCache& c = Cache(cache);
+  CudaKVCache& c = AsCudaKVCache(cache);
   PAGODA_CHECK(src >= 0 && dst >= 0 && src < c.shape().num_blocks && dst < c.shape().num_blocks)
       << "CopyBlock " << src << " -> " << dst;
   for (int64_t l = 0; l < c.shape().num_layers; ++l) {
@@ -545,19 +337,7 @@ void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
   PAGODA_CHECK(step.block_size == cache.shape().block_size)
       << "step made for block size " << step.block_size << ", cache has " << cache.shape().block_size;
   State& s = *s_;
-  // A capture that an exception cut short (a step that never reached its logits) is ended and
-  // thrown away, with every graph, before anything else is launched.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  PAGODA_CUDA_CHECK(cudaStreamIsCapturing(s.graph_stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) {
-    cudaGraph_t orphan = nullptr;
-    (void)cudaStreamEndCapture(s.graph_stream, &orphan);
-    if (orphan != nullptr) (void)cudaGraphDestroy(orphan);
-    (void)cudaGetLastError();
-    s.phase = State::Phase::kEager;
-    s.DropGraphs();
-    PAGODA_LOG(kWarning) << "CudaBackend: a step ended while being captured; its graphs were dropped";
-  }
+  s.graphs->AbandonStaleCapture();
   s.step = &step;
   const int64_t n = step.num_tokens();
   s.token_ids.Upload(step.token_ids.data(), n);
@@ -576,29 +356,8 @@ void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
   s.logits_index.Upload(step.logits_indices.data(), step.num_logits());
 
   // A decode step (one token and one logits row per sequence) may run as a graph.
-  s.phase = State::Phase::kEager;
-  s.stream = nullptr;
-  s.graph = nullptr;
   const bool decode = n > 0 && step.num_seqs() == n && step.num_logits() == n;
-  if (s.graphs_enabled && !s.has_moe && decode) {
-    for (State::StepGraph& g : s.graphs) {
-      if (g.batch == n && g.cache == &cache) s.graph = &g;
-    }
-    if (s.graph == nullptr) {  // first step of this size: eager, sizing the scratch
-      s.graphs.push_back({n, &cache, nullptr});
-    } else {
-      // The uploads above go through the legacy stream; the graph stream waits for them.
-      PAGODA_CUDA_CHECK(cudaEventRecord(s.uploaded, nullptr));
-      PAGODA_CUDA_CHECK(cudaStreamWaitEvent(s.graph_stream, s.uploaded, 0));
-      if (s.graph->exec == nullptr) {
-        s.phase = State::Phase::kCapturing;
-        s.stream = s.graph_stream;
-        PAGODA_CUDA_CHECK(cudaStreamBeginCapture(s.graph_stream, cudaStreamCaptureModeRelaxed));
-      } else {
-        s.phase = State::Phase::kReplaying;
-      }
-    }
-  }
+  s.stream = s.graphs->Begin(n, &cache, decode && !s.has_moe);
 }
 
 void CudaBackend::Embedding(const Weight& table, const TensorView& out) {
@@ -612,7 +371,7 @@ void CudaBackend::Embedding(const Weight& table, const TensorView& out) {
     PAGODA_ENSURE(id >= 0 && id < w.rows, ErrorCode::kInvalidArgument,
                   "token id " << id << " is outside the vocabulary (size " << w.rows << ")");
   }
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   if (w.dtype == DType::kF32) {
     cuda::GatherRows(w.f32(), w.cols, s_->token_ids.Get<int32_t>(0), step.num_tokens(), out.cols, out.f32(),
                      out.row_stride, s_->stream);
@@ -630,41 +389,24 @@ void CudaBackend::MatMul(const Weight& weight, const TensorView& x, const Tensor
   switch (ep.kind) {
     case Epilogue::Kind::kNone:
       if (IsDevicePointer(y.data)) {
-        if (s.phase == State::Phase::kReplaying) return;
+        if (s.graphs->replaying()) return;
         s.Gemm(w, x, y.f32(), y.row_stride, false);
       } else {
         // Host rows: the logits the engine hands in, the end of a step. Through device scratch;
         // a captured step ends its graph here and launches it, a replayed one just launches.
         float* d = s.staging.Get<float>(x.rows * w.rows);
-        if (s.phase != State::Phase::kReplaying) s.Gemm(w, x, d, w.rows, false);
-        if (s.phase == State::Phase::kCapturing) {
-          cudaGraph_t graph = nullptr;
-          PAGODA_CUDA_CHECK(cudaStreamEndCapture(s.graph_stream, &graph));
-          const cudaError_t e = cudaGraphInstantiate(&s.graph->exec, graph, 0);
-          (void)cudaGraphDestroy(graph);
-          PAGODA_CUDA_CHECK(e);
-        }
-        if (s.phase != State::Phase::kEager) {
-          PAGODA_CUDA_CHECK(cudaGraphLaunch(s.graph->exec, s.graph_stream));
-          ++s.graph_launches;
-          PAGODA_CUDA_CHECK(cudaMemcpy2DAsync(y.data, y.row_stride * sizeof(float), d, w.rows * sizeof(float),
-                                              w.rows * sizeof(float), x.rows, cudaMemcpyDeviceToHost,
-                                              s.graph_stream));
-          PAGODA_CUDA_CHECK(cudaStreamSynchronize(s.graph_stream));
-          s.phase = State::Phase::kEager;
-          s.stream = nullptr;
-        } else {
-          PAGODA_CUDA_CHECK(cudaMemcpy2D(y.data, y.row_stride * sizeof(float), d, w.rows * sizeof(float),
-                                         w.rows * sizeof(float), x.rows, cudaMemcpyDeviceToHost));
-        }
+        if (!s.graphs->replaying()) s.Gemm(w, x, d, w.rows, false);
+        s.graphs->Finish(y.data, y.row_stride * sizeof(float), d, w.rows * sizeof(float), w.rows * sizeof(float),
+                         x.rows);
+        s.stream = nullptr;
       }
       return;
     case Epilogue::Kind::kAddTo:
-      if (s.phase == State::Phase::kReplaying) return;
+      if (s.graphs->replaying()) return;
       s.Gemm(w, x, ep.out.f32(), ep.out.row_stride, true);
       return;
     case Epilogue::Kind::kSiluMulPairs:
-      if (s.phase == State::Phase::kReplaying) return;
+      if (s.graphs->replaying()) return;
       s.Gemm(w, x, y.f32(), y.row_stride, false);
       cuda::SiluMulPairs16(y.f32(), y.row_stride, ep.out.f32(), ep.out.row_stride, x.rows, w.rows / 2, s.stream);
       return;
@@ -673,7 +415,7 @@ void CudaBackend::MatMul(const Weight& weight, const TensorView& x, const Tensor
 
 void CudaBackend::RmsNorm(const TensorView& x, const TensorView& weight, double eps, const TensorView& y) {
   OpTimer timer(s_.get(), "RmsNorm");
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   CheckF32(x, "RmsNorm input");
   RmsNormParams p;
   p.x = x.f32();
@@ -689,33 +431,33 @@ void CudaBackend::RmsNorm(const TensorView& x, const TensorView& weight, double 
 
 void CudaBackend::AddBias(const TensorView& bias, const TensorView& x) {
   OpTimer timer(s_.get(), "AddBias");
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   cuda::AddBiasRows(bias.f32(), x.f32(), x.row_stride, x.rows, x.cols, s_->stream);
 }
 
 void CudaBackend::Add(const TensorView& y, const TensorView& x) {
   OpTimer timer(s_.get(), "Add");
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   cuda::AddRows(y.f32(), y.row_stride, x.f32(), x.row_stride, x.rows, x.cols, s_->stream);
 }
 
 void CudaBackend::SiluMul(const TensorView& gate, const TensorView& up, const TensorView& out) {
   OpTimer timer(s_.get(), "SiluMul");
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   cuda::SiluMulRows(gate.f32(), gate.row_stride, up.f32(), up.row_stride, out.f32(), out.row_stride, out.rows,
                     out.cols, s_->stream);
 }
 
 void CudaBackend::Copy(const TensorView& src, const TensorView& dst) {
   OpTimer timer(s_.get(), "Copy");
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   PAGODA_CHECK(src.rows == dst.rows && src.cols == dst.cols) << "CudaBackend::Copy: shapes differ";
   cuda::CopyRows(src.f32(), src.row_stride, dst.f32(), dst.row_stride, src.rows, src.cols, s_->stream);
 }
 
 void CudaBackend::GatherLogitRows(const TensorView& x, const TensorView& out) {
   OpTimer timer(s_.get(), "GatherLogitRows");
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   PAGODA_CHECK(s_->step != nullptr) << "CudaBackend: an op before BeginStep";
   for (int32_t t : s_->step->logits_indices) PAGODA_CHECK(t >= 0 && t < x.rows) << "logits index " << t;
   cuda::GatherRows(x.f32(), x.row_stride, s_->logits_index.Get<int32_t>(0), s_->step->num_logits(), x.cols,
@@ -725,7 +467,7 @@ void CudaBackend::GatherLogitRows(const TensorView& x, const TensorView& out) {
 void CudaBackend::Rope(const RopeParams& rope, const TensorView& x, int64_t num_heads, int64_t head_stride,
                        int64_t offset) {
   OpTimer timer(s_.get(), "Rope");
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   PAGODA_CHECK(s_->step != nullptr) << "CudaBackend: an op before BeginStep";
   // inv_freq on the device, uploaded once per distinct table.
   State::RopeEntry* entry = nullptr;
@@ -754,8 +496,8 @@ void CudaBackend::Rope(const RopeParams& rope, const TensorView& x, int64_t num_
 
 void CudaBackend::WriteKV(KVCache& cache, int64_t layer, const TensorView& k, const TensorView& v) {
   OpTimer timer(s_.get(), "WriteKV");
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
-  CudaKVCache& c = Cache(cache);
+  if (s_->graphs->replaying()) return;  // the step's graph does it
+  CudaKVCache& c = AsCudaKVCache(cache);
   PAGODA_CHECK(k.cols == c.k_width() && v.cols == c.v_width())
       << "WriteKV: rows of " << k.cols << "/" << v.cols << " values, cache holds " << c.k_width() << "/" << c.v_width();
   KVWriteParams p;
@@ -780,9 +522,9 @@ void CudaBackend::ObserveQueries(KVCache&, int64_t, const TensorView&, int64_t, 
 void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionLayer& a, const TensorView& q,
                                  const TensorView& out) {
   OpTimer timer(s_.get(), "PagedAttention");
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   PAGODA_CHECK(q.contiguous() && out.contiguous()) << "CudaBackend::PagedAttention: q and out must be contiguous";
-  CudaKVCache& c = Cache(cache);
+  CudaKVCache& c = AsCudaKVCache(cache);
   PAGODA_CHECK(a.num_kv_heads == c.shape().num_kv_heads && a.head_dim == c.shape().head_dim)
       << "PagedAttention: layer heads do not match the cache";
   PagedAttentionParams p;
@@ -802,16 +544,16 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
   p.sliding_window = a.sliding_window;
   float* scratch = s_->attention_partial.Get<float>(cuda::PagedAttentionScratchFloats(q.rows, a.num_heads, a.head_dim));
   // A captured graph serves later steps with longer contexts: its grid covers every split.
-  const int64_t keys = s_->phase == State::Phase::kCapturing ? int64_t{1} << 40 : s_->max_keys;
+  const int64_t keys = s_->graphs->capturing() ? int64_t{1} << 40 : s_->max_keys;
   cuda::PagedAttention(p, keys, scratch, s_->stream);
 }
 
 void CudaBackend::MlaAttention(KVCache& cache, int64_t layer, int64_t num_heads, float scale, const TensorView& q,
                                const TensorView& out) {
   OpTimer timer(s_.get(), "MlaAttention");
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   PAGODA_CHECK(q.contiguous() && out.contiguous()) << "CudaBackend::MlaAttention: q and out must be contiguous";
-  CudaKVCache& c = Cache(cache);
+  CudaKVCache& c = AsCudaKVCache(cache);
   const KVStorageShape& cs = c.shape();
   PAGODA_CHECK(cs.num_kv_heads == 1) << "MlaAttention: the cache was not made for MLA";
   MlaAttentionParams p;
@@ -886,7 +628,7 @@ void CudaBackend::Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorVi
 void CudaBackend::AllReduce(const TensorView& x) {
   Communicator* comm = communicator();
   if (comm == nullptr || comm->size() == 1 || x.rows == 0 || x.cols == 0) return;
-  if (s_->phase == State::Phase::kReplaying) return;  // the step's graph does it
+  if (s_->graphs->replaying()) return;  // the step's graph does it
   if (x.contiguous()) {
     comm->AllReduceSumOnDevice(x.f32(), x.rows * x.cols, s_->stream);
     return;
