@@ -1,6 +1,7 @@
 #include "model/weight_views.h"
 
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 
@@ -60,5 +61,17 @@ std::vector<float> SliceValues(const std::vector<float>& v, int64_t begin, int64
   return std::vector<float>(v.begin() + begin, v.begin() + begin + n);
 }
 
+
+void CheckShardRank(int rank, int size) {
+  PAGODA_ENSURE(size >= 1 && rank >= 0 && rank < size, ErrorCode::kInvalidArgument,
+                "tensor parallelism: rank " << rank << " of " << size);
+}
+
+void RequireShardDivides(int64_t n, int size, const std::string& what, const std::string& model) {
+  if (n % size != 0) {
+    ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the " + std::to_string(n) +
+                     " " + what + " of " + model);
+  }
+}
 
 }  // namespace pagoda

@@ -26,6 +26,10 @@ WeightMatrix RowSlice(const WeightMatrix& w, int64_t r0, int64_t n);
 // Columns [c0, c0 + n) of w, copied into a buffer appended to *keep. Quantized rows are cut at
 // block boundaries only (Unsupported otherwise, naming the dtype and the column).
 WeightMatrix ColSlice(const WeightMatrix& w, int64_t c0, int64_t n, std::vector<std::shared_ptr<const void>>* keep);
+// Tensor parallelism's checks: 0 <= rank < size (InvalidArgument), and `size` dividing a
+// model's count (Unsupported: "--tensor-parallel-size S does not divide the N <what> of <model>").
+void CheckShardRank(int rank, int size);
+void RequireShardDivides(int64_t n, int size, const std::string& what, const std::string& model);
 // v[begin, begin + n), or empty when v is.
 std::vector<float> SliceValues(const std::vector<float>& v, int64_t begin, int64_t n);
 

@@ -167,16 +167,10 @@ DeepseekModel::Buffers DeepseekModel::Views(int64_t n, int64_t m) {
 }
 
 std::unique_ptr<Model> DeepseekModel::Shard(int rank, int size, Backend& backend) const {
-  PAGODA_ENSURE(size >= 1 && rank >= 0 && rank < size, ErrorCode::kInvalidArgument,
-                "tensor parallelism: rank " << rank << " of " << size);
+  CheckShardRank(rank, size);
   const MlaSpec& m = spec_.mla;
   const int64_t heads = spec_.num_heads, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dv = m.v_head_dim;
-  auto divides = [&](int64_t n, const char* what) {
-    if (n % size != 0) {
-      ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the " + std::to_string(n) +
-                       " " + what + " of " + spec_.name);
-    }
-  };
+  auto divides = [&](int64_t n, const char* what) { RequireShardDivides(n, size, what, spec_.name); };
   divides(heads, "attention heads");
   for (const DeepseekLayerWeights& L : w_.layers) {
     if (!L.mlp.empty()) divides(L.mlp.gate.rows, "dense MLP width");

@@ -90,8 +90,7 @@ LlamaModel::Buffers LlamaModel::Views(int64_t n, int64_t m) {
 }
 
 std::unique_ptr<Model> LlamaModel::Shard(int rank, int size, Backend& backend) const {
-  PAGODA_ENSURE(size >= 1 && rank >= 0 && rank < size, ErrorCode::kInvalidArgument,
-                "tensor parallelism: rank " << rank << " of " << size);
+  CheckShardRank(rank, size);
   const int64_t kv = spec_.num_kv_heads, hd = spec_.head_dim, ffn = spec_.ffn_dim;
   // More ranks than KV heads: each KV head is replicated on size / kv ranks (as vLLM does),
   // each rank keeping its own query heads of that group.
@@ -99,14 +98,8 @@ std::unique_ptr<Model> LlamaModel::Shard(int rank, int size, Backend& backend) c
     ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the " + std::to_string(kv) +
                      " key/value heads of " + spec_.name + " (nor is it a multiple of them)");
   }
-  if (spec_.num_heads % size != 0) {
-    ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the " +
-                     std::to_string(spec_.num_heads) + " attention heads of " + spec_.name);
-  }
-  if (ffn % size != 0) {
-    ThrowUnsupported("--tensor-parallel-size " + std::to_string(size) + " does not divide the MLP width " +
-                     std::to_string(ffn) + " of " + spec_.name);
-  }
+  RequireShardDivides(spec_.num_heads, size, "attention heads", spec_.name);
+  RequireShardDivides(ffn, size, "MLP width", spec_.name);
   // Query head h reads KV head h / group, so a rank's KV heads and their query heads are
   // contiguous rows of wq, wk, wv (and columns of wo).
   const int64_t kv_per = std::max<int64_t>(1, kv / size), q_per = spec_.num_heads / size, ffn_per = ffn / size;
