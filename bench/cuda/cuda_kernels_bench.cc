@@ -9,11 +9,13 @@
 //   gemm      bf16 MatMul y = x W^T at m rows for Llama-3-8B's projection shapes: TFLOP/s and the
 //             weight-read GB/s (the decode view); weights rotate over 4 copies (> L2);
 //   decode-attn paged decode attention, one query token per sequence: GB/s of K/V read once;
+//   prefill-attn causal prefill attention, gpu_baselines.py's SDPA shapes: TFLOP/s;
 //   prefill/decode  with --model: the whole model through Model::Forward (BenchModel).
 // Each figure is the median of repeated timings after a warm-up (host clock around
 // synchronized batches of launches).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -167,6 +169,55 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
               100.0 * bytes / t / 1e9 / copy_gbs);
 }
 
+// Causal prefill attention over the paged cache, the shapes gpu_baselines.py gives SDPA: batch
+// max(1, 16384 / S) * 2, 32 heads of 128 (64 of 64), no GQA; every sequence's S tokens in one
+// step. TFLOP/s counts 2 * B * H * S^2 * D (the causal half of the four products' work).
+// q, kv and out: [32768, 4096] device rows, filled once for every shape (batch * seq = 32768).
+void BenchPrefillAttention(CudaBackend& gpu, int64_t seq, int64_t dim, const TensorView& q, const TensorView& kv,
+                           const TensorView& out) {
+  const int64_t batch = std::max<int64_t>(1, 16384 / seq) * 2, heads = dim == 128 ? 32 : 64, block = 16;
+  const int64_t blocks_per_seq = (seq + block - 1) / block;
+  KVStorageShape shape;
+  shape.num_layers = 1;
+  shape.num_blocks = batch * blocks_per_seq;
+  shape.block_size = block;
+  shape.num_kv_heads = heads;
+  shape.head_dim = dim;
+  shape.dtype = DType::kBF16;
+  auto cache = gpu.CreateKVCache(shape);
+  std::vector<std::vector<int32_t>> tables(batch);
+  for (int64_t s = 0; s < batch; ++s) {
+    for (int64_t b = 0; b < blocks_per_seq; ++b) tables[s].push_back(static_cast<int32_t>(s * blocks_per_seq + b));
+  }
+  std::vector<int32_t> tokens(seq, 5);
+  StepBuilder builder;
+  builder.Reset(block);
+  for (int64_t s = 0; s < batch; ++s) builder.AddSequence(tokens, 0, seq, tables[s]);
+  gpu.BeginStep(builder.Finish(), *cache);
+  gpu.WriteKV(*cache, 0, kv, kv);
+  AttentionLayer a;
+  a.num_heads = heads;
+  a.num_kv_heads = heads;
+  a.head_dim = dim;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
+  const double t = Time(gpu, [&] { gpu.PagedAttention(*cache, 0, a, q, out); }, 2, 5);
+  const double flops = 2.0 * batch * heads * seq * seq * dim;
+  std::printf("prefill-attn causal B=%lld H=%lld S=%lld D=%lld bf16  %9.1f us  %7.1f TFLOP/s\n",
+              static_cast<long long>(batch), static_cast<long long>(heads), static_cast<long long>(seq),
+              static_cast<long long>(dim), t * 1e6, flops / t / 1e12);
+}
+
+void BenchPrefillAttentions(CudaBackend& gpu, bool quick) {
+  std::vector<std::shared_ptr<float>> keep;
+  const TensorView q = Device(gpu, &keep, 32768, 4096, 31), kv = Device(gpu, &keep, 32768, 4096, 32);
+  const TensorView out = Device(gpu, &keep, 32768, 4096, 33);
+  for (const int64_t dim : {int64_t{64}, int64_t{128}}) {
+    for (const int64_t seq : {int64_t{1024}, int64_t{4096}, int64_t{16384}}) {
+      if (!quick || seq != 16384) BenchPrefillAttention(gpu, seq, dim, q, kv, out);
+    }
+  }
+}
+
 // A whole model on the GPU through Model::Forward: prefill of `input` tokens per sequence, then
 // `output` decode steps of the whole batch (one token per sequence per step, logits copied to
 // the host as the engine takes them). The floor of a decode step is its bytes (weights once,
@@ -281,6 +332,9 @@ int main(int argc, char** argv) {
     std::printf("copy d2d 2 GiB  %7.0f GB/s\n", copy);
     BenchGemm(gpu, quick, copy);
     BenchDecodeAttention(gpu, 128, 4096, copy);
+    BenchDecodeAttention(gpu, 32, 4096, copy);
+    BenchDecodeAttention(gpu, 1, 32768, copy);
+    BenchPrefillAttentions(gpu, quick);
     if (!model.empty()) BenchModel(gpu, model, copy, quick, !eager);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pagoda_cuda_bench: %s\n", e.what());

@@ -17,6 +17,7 @@
 #include "kernels/cpu/moe.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/mla_attention.h"
@@ -71,6 +72,9 @@ struct CudaBackend::State {
   DeviceScratch gemm_x, gemm_partial;  // bf16 copies of GEMM inputs; split-k partial sums
   DeviceScratch attention_partial;     // split-KV partial outputs
   int64_t max_keys = 0;                // the most keys a token of the step attends to
+  // FlashAttention's wide work items for the current step (made on its first layer).
+  int64_t step_serial = 0, flash_items_serial = -1, flash_items_per_item = 0, num_flash_items = 0;
+  DeviceScratch flash_items;
 
   struct RopeEntry {
     std::vector<double> inv_freq;
@@ -354,6 +358,7 @@ void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
   s.max_keys = 0;
   for (int32_t pos : step.positions) s.max_keys = std::max<int64_t>(s.max_keys, pos + 1);
   s.logits_index.Upload(step.logits_indices.data(), step.num_logits());
+  ++s.step_serial;
 
   // A decode step (one token and one logits row per sequence) may run as a graph.
   const bool decode = n > 0 && step.num_seqs() == n && step.num_logits() == n;
@@ -542,9 +547,28 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
   p.block_tables = s_->token_tables.Get<const int32_t*>(0);
   p.scale = a.scale;
   p.sliding_window = a.sliding_window;
-  float* scratch = s_->attention_partial.Get<float>(cuda::PagedAttentionScratchFloats(q.rows, a.num_heads, a.head_dim));
   // A captured graph serves later steps with longer contexts: its grid covers every split.
   const int64_t keys = s_->graphs->capturing() ? int64_t{1} << 40 : s_->max_keys;
+  if (cuda::FlashAttentionSupports(p)) {
+    State& s = *s_;
+    const cuda::FlashShape shape = cuda::ChooseFlashShape(q.rows, s.step->num_seqs());
+    const cuda::FlashWorkItem* items = nullptr;
+    if (shape == cuda::FlashShape::kWide) {
+      const int64_t per_item = cuda::FlashTokensPerItem(a.num_heads / a.num_kv_heads);
+      if (s.flash_items_serial != s.step_serial || s.flash_items_per_item != per_item) {
+        const std::vector<cuda::FlashWorkItem> list = cuda::FlashWorkItems(s.step->query_start_loc, per_item);
+        s.flash_items.Upload(list.data(), static_cast<int64_t>(list.size()));
+        s.flash_items_serial = s.step_serial;
+        s.flash_items_per_item = per_item;
+        s.num_flash_items = static_cast<int64_t>(list.size());
+      }
+      items = s.flash_items.Get<cuda::FlashWorkItem>(s.num_flash_items);
+    }
+    float* scratch = s.attention_partial.Get<float>(cuda::FlashAttentionScratchFloats(q.rows, a.num_heads, a.head_dim));
+    cuda::FlashAttention(p, shape, keys, items, s.num_flash_items, scratch, s.stream);
+    return;
+  }
+  float* scratch = s_->attention_partial.Get<float>(cuda::PagedAttentionScratchFloats(q.rows, a.num_heads, a.head_dim));
   cuda::PagedAttention(p, keys, scratch, s_->stream);
 }
 

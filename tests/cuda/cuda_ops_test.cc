@@ -237,6 +237,8 @@ TEST_P(CudaAttentionTest, PagedAttentionMatchesCpu) {
   auto cache_c = cpu_.CreateKVCache(shape);
   auto cache_g = gpu_->CreateKVCache(shape);
   AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), a.window};
+  // f32 caches: f32 arithmetic like the CPU's; 16-bit caches: tensor cores (FlashAttention).
+  const double tol = a.kv_dtype == DType::kF32 ? kF32Tolerance : testing::kBf16AttentionTolerance;
   const std::vector<std::vector<int64_t>> firsts = {{0, 0, 0}, {17, 50, 1}};
   const std::vector<std::vector<int64_t>> counts = {{17, 50, 1}, {1, 13, 1}};
   for (int s = 0; s < 2; ++s) {
@@ -257,7 +259,7 @@ TEST_P(CudaAttentionTest, PagedAttentionMatchesCpu) {
       gpu_->WriteKV(*cache_g, l, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
       gpu_->PagedAttention(*cache_g, l, layer, qg, og);
       const double err = RelativeError(arena_->Read(og), out);
-      EXPECT_LE(err, kF32Tolerance) << "layer " << l;
+      EXPECT_LE(err, tol) << "layer " << l;
     }
   }
   // CopyBlock: sequence 1's first block copied to the spare block; a one-token query at
@@ -281,7 +283,7 @@ TEST_P(CudaAttentionTest, PagedAttentionMatchesCpu) {
   const TensorView og = arena_->Make(1, heads * hd);
   gpu_->WriteKV(*cache_g, 1, arena_->Make(1, kv_heads * hd, k), arena_->Make(1, kv_heads * hd, v));
   gpu_->PagedAttention(*cache_g, 1, layer, arena_->Make(1, heads * hd, q), og);
-  EXPECT_LE(RelativeError(arena_->Read(og), out), kF32Tolerance) << "after CopyBlock";
+  EXPECT_LE(RelativeError(arena_->Read(og), out), tol) << "after CopyBlock";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -290,7 +292,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{32, 8, 64, DType::kBF16, 0}, AttentionCase{32, 1, 128, DType::kF32, 0},
                       AttentionCase{16, 8, 128, DType::kF32, 0}, AttentionCase{32, 4, 64, DType::kF32, 0},
                       AttentionCase{16, 4, 64, DType::kBF16, 19}, AttentionCase{32, 1, 128, DType::kF32, 7},
-                      AttentionCase{16, 4, 128, DType::kF16, 0}),
+                      AttentionCase{16, 4, 128, DType::kF16, 0}, AttentionCase{32, 16, 128, DType::kBF16, 0},
+                      AttentionCase{16, 3, 64, DType::kBF16, 23}, AttentionCase{64, 1, 64, DType::kF16, 5}),
     [](const auto& info) {
       const AttentionCase& a = info.param;
       return "bs" + std::to_string(a.block_size) + "_gqa" + std::to_string(a.gqa) + "_d" +
@@ -334,7 +337,7 @@ TEST_F(CudaOpsTest, LongContextSplitsMatchCpuAndDoNotDependOnTheBatch) {
       gpu_->WriteKV(*cache_g, l, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
       gpu_->PagedAttention(*cache_g, l, layers[l], arena_->Make(n, heads * hd, q), og);
       const auto got = arena_->Read(og);
-      EXPECT_LE(RelativeError(got, out), kF32Tolerance);
+      EXPECT_LE(RelativeError(got, out), testing::kBf16AttentionTolerance);
       if (l == 0) {
         q_last.assign(q.begin() + 2599 * heads * hd, q.begin() + 2600 * heads * hd);
         out_last.assign(got.begin() + 2599 * heads * hd, got.begin() + 2600 * heads * hd);
@@ -373,6 +376,85 @@ TEST_F(CudaOpsTest, LongContextSplitsMatchCpuAndDoNotDependOnTheBatch) {
   }
   EXPECT_EQ(std::memcmp(alone_and_batched[0].data(), alone_and_batched[1].data(), heads * hd * sizeof(float)), 0)
       << "a decode's attention changed when another sequence joined the batch";
+}
+
+// FlashAttention's three launch shapes (kernels/cuda/flash_attention.h) give a row the same
+// bits: 150 sequences of 1..700 tokens prefilled in one step (wide: blocks of 16 tokens), then
+// decoded together (150 tokens: narrow), then three of them decoded alone (split: a block per
+// segment and a merge); a 200-token chunk recomputed on its own (wide, other block boundaries)
+// equals the same tokens inside the full prefill. Against the CPU within the bf16 tolerance.
+TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
+  const int64_t kv_heads = 2, heads = 8, hd = 128, bs = 16, num_seqs = 150;
+  std::vector<int64_t> lengths, prompt;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    prompt.push_back(1 + (i * 37) % 700);
+    lengths.push_back(prompt.back() + 1);
+  }
+  StepCase c;
+  MakeTables(lengths, bs, 13, &c);
+  KVStorageShape shape;
+  shape.num_layers = 1;
+  shape.num_blocks = c.num_blocks;
+  shape.block_size = bs;
+  shape.num_kv_heads = kv_heads;
+  shape.head_dim = hd;
+  shape.dtype = DType::kBF16;
+  auto cache_c = cpu_.CreateKVCache(shape);
+  auto cache_g = gpu_->CreateKVCache(shape);
+  const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), 0};
+  const int64_t row = heads * hd;
+  auto attend = [&](const StepDescription& step, const std::vector<float>& q, const std::vector<float>* k,
+                    const std::vector<float>* v, bool cpu_too, double* err) {
+    const int64_t n = step.num_tokens();
+    gpu_->BeginStep(step, *cache_g);
+    if (k != nullptr) gpu_->WriteKV(*cache_g, 0, arena_->Make(n, kv_heads * hd, *k), arena_->Make(n, kv_heads * hd, *v));
+    const TensorView og = arena_->Make(n, row);
+    gpu_->PagedAttention(*cache_g, 0, layer, arena_->Make(n, row, q), og);
+    std::vector<float> got = arena_->Read(og);
+    if (cpu_too) {
+      std::vector<float> kc = *k, vc = *v, qc = q, want(n * row);
+      cpu_.BeginStep(step, *cache_c);
+      cpu_.WriteKV(*cache_c, 0, TensorView::F32(kc.data(), n, kv_heads * hd), TensorView::F32(vc.data(), n, kv_heads * hd));
+      cpu_.PagedAttention(*cache_c, 0, layer, TensorView::F32(qc.data(), n, row), TensorView::F32(want.data(), n, row));
+      *err = RelativeError(got, want);
+    }
+    return got;
+  };
+  // The prefill: every prompt in one step.
+  std::vector<int64_t> zeros(num_seqs, 0);
+  const StepDescription& prefill = BuildStep(&c, bs, zeros, prompt, 100);
+  const int64_t n = prefill.num_tokens();
+  const auto q = RandomVector(n * row, 31), k = RandomVector(n * kv_heads * hd, 32), v = RandomVector(n * kv_heads * hd, 33);
+  double err = 0.0;
+  const std::vector<float> full = attend(prefill, q, &k, &v, true, &err);
+  EXPECT_LE(err, testing::kBf16AttentionTolerance) << "prefill";
+  // Sequence 18 has 667 prompt tokens; its tokens [300, 500) again, as a chunk of their own.
+  ASSERT_EQ(prompt[18], 667);
+  const int64_t seq18 = prefill.query_start_loc[18];
+  {
+    c.builder.Reset(bs);
+    std::vector<int32_t> tokens(500, 5);
+    c.builder.AddSequence(tokens, 300, 200, c.tables[18]);
+    const std::vector<float> qc(q.begin() + (seq18 + 300) * row, q.begin() + (seq18 + 500) * row);
+    const std::vector<float> chunk = attend(c.builder.Finish(), qc, nullptr, nullptr, false, nullptr);
+    EXPECT_EQ(std::memcmp(chunk.data(), full.data() + (seq18 + 300) * row, chunk.size() * sizeof(float)), 0)
+        << "a 200-token chunk differs from the same tokens in the whole prefill";
+  }
+  // Every sequence decodes one token (150 tokens, one per sequence).
+  std::vector<int64_t> ones(num_seqs, 1);
+  const auto qd = RandomVector(num_seqs * row, 41), kd = RandomVector(num_seqs * kv_heads * hd, 42),
+             vd = RandomVector(num_seqs * kv_heads * hd, 43);
+  const std::vector<float> together = attend(BuildStep(&c, bs, prompt, ones, 100), qd, &kd, &vd, true, &err);
+  EXPECT_LE(err, testing::kBf16AttentionTolerance) << "decode of 150";
+  for (const int64_t s : {int64_t{0}, int64_t{18}, num_seqs - 1}) {
+    c.builder.Reset(bs);
+    std::vector<int32_t> tokens(lengths[s], 5);
+    c.builder.AddSequence(tokens, prompt[s], 1, c.tables[s]);
+    const std::vector<float> qs(qd.begin() + s * row, qd.begin() + (s + 1) * row);
+    const std::vector<float> alone = attend(c.builder.Finish(), qs, nullptr, nullptr, false, nullptr);
+    EXPECT_EQ(std::memcmp(alone.data(), together.data() + s * row, row * sizeof(float)), 0)
+        << "sequence " << s << " decoded alone differs from the batch of 150";
+  }
 }
 
 TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {

@@ -5,41 +5,12 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mma.cuh"
 
 namespace pagoda::cuda {
 namespace {
 
 constexpr int kBK = static_cast<int>(kGemmKTile);  // k values per tile: 128 bytes of bf16 a row
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; src_bytes 0 fills zeros (rows past the edge).
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void LdMatrixX4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-// c += a b for one m16n8k16 tile (bf16 operands, f32 accumulators).
-__device__ __forceinline__ void Mma(float* c, const uint32_t* a, const uint32_t* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // A tile row is 64 bf16 = 8 chunks of 16 bytes; chunk c of row r sits at chunk c ^ (r % 8), so
 // the 8 rows an ldmatrix reads at one logical chunk land in 8 different bank groups.
@@ -163,7 +134,7 @@ __global__ void __launch_bounds__(T::kThreads, kMode == Mode::kInBlock ? 1 : 2) 
 #pragma unroll
       for (int i = 0; i < T::MI; ++i)
 #pragma unroll
-        for (int j = 0; j < T::NI; ++j) Mma(acc[i][j], af[i], bfr[j]);
+        for (int j = 0; j < T::NI; ++j) Mma<__nv_bfloat16>(acc[i][j], af[i], bfr[j]);
     }
     if constexpr (kMode == Mode::kInBlock) {
       // End of a chunk: fold its sum into the total in chunk order, restart from zero.

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kv_types.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/online_softmax.cuh"
 
 namespace pagoda::cuda {
@@ -71,16 +72,6 @@ constexpr int kLargestGroup = 8;
 // Tokens at most this many, and blocks (tokens x KV heads) under this many: split mode.
 constexpr int64_t kSplitModeMaxTokens = 64;
 constexpr int64_t kSplitModeMaxBlocks = 264;
-
-__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* src) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 // n consecutive elements as floats (n = 1, 2, 4 or 8; 16-byte aligned for 8 two-byte values).
 template <int N>

@@ -1,0 +1,553 @@
+#include "kernels/cuda/flash_attention.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/mma.cuh"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kKeyTile = 64;        // keys per tile, at absolute positions [64j, 64j + 64)
+constexpr int kSegmentUnit = 256;   // FlashSegmentKeys's smallest segment
+constexpr int kWideWarps = 4;
+
+template <int HD>
+struct Geometry {
+  // A K or V row in shared memory, padded by 16 bytes: the rows an ldmatrix (or a quad's
+  // 32-bit reads) touches fall in different banks.
+  static constexpr int kRowBytes = HD * 2 + 16;
+  static constexpr int kTileBytes = kKeyTile * kRowBytes;
+  static constexpr int kStageBytes = 2 * kTileBytes;      // K and V
+  static constexpr int kPipelineBytes = 2 * kStageBytes;  // two stages
+  static constexpr int kDTiles = HD / 8;                  // n-tiles of O
+  static constexpr int kKSteps = HD / 16;                 // k-steps of Q K^T
+  static constexpr int kOutFloats = HD / 2;               // O values a thread holds (two rows)
+};
+
+// A thread's two rows (g and g + 8 of its warp's 16): first and last key, keys per segment.
+struct Rows {
+  int first[2];
+  int pos[2];  // -1: a padding row
+  int seg[2];
+  bool valid[2];
+};
+
+// The online-softmax state of a thread's two rows for the current segment: O's accumulators in
+// the C layout (acc[dt][2h + j]: row h, column dt * 8 + 2q + j), the running max (log2 domain,
+// the same on the quad's four threads) and this thread's part of the running sum.
+template <int HD>
+struct State {
+  float acc[HD / 8][4];
+  float m[2];
+  float l[2];
+  __device__ void Reset(int h) {
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt) acc[dt][2 * h] = acc[dt][2 * h + 1] = 0.0f;
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+  }
+};
+
+__device__ __forceinline__ float QuadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+// The same bits on the quad's four threads (each addition is commutative).
+__device__ __forceinline__ float QuadSum(float x) {
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// Merging a segment (m, l, o) into the result so far (M, L, O): the factors for both sides, then
+// X <- X a + x b for O's values and L, with explicit roundings. The split shape's merge kernel
+// and the walking shapes run these same functions.
+struct MergeScales {
+  float a, b, m;
+};
+__device__ __forceinline__ MergeScales ScalesFor(float M, float m) {
+  const float m_new = fmaxf(M, m);
+  return {Exp2(__fsub_rn(M, m_new)), Exp2(__fsub_rn(m, m_new)), m_new};
+}
+__device__ __forceinline__ float Blend(float X, float x, MergeScales s) {
+  return __fadd_rn(__fmul_rn(X, s.a), __fmul_rn(x, s.b));
+}
+
+// One tile of 64 keys (K and V rows in shared memory from absolute key `tile_start`) into the
+// warp's 16 rows. `mask`: some row of the warp has keys of this tile outside its window.
+template <typename T, int HD>
+__device__ __forceinline__ void AttendTile(const uint8_t* ks, const uint8_t* vs, int tile_start,
+                                           const uint32_t (&qf)[HD / 16][4], const Rows& rows, float scale_log2,
+                                           bool mask, State<HD>& st) {
+  using Geo = Geometry<HD>;
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  // S = Q K^T: eight n-tiles of 8 keys.
+  float s[8][4];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < Geo::kKSteps; ++kk) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const uint8_t* row = ks + (n * 8 + g) * Geo::kRowBytes + kk * 32 + q * 4;
+      const uint32_t b[2] = {*reinterpret_cast<const uint32_t*>(row), *reinterpret_cast<const uint32_t*>(row + 16)};
+      Mma<T>(s[n], qf[kk], b);
+    }
+  }
+  // Scores in the log2 domain, masked; the rows' new maxima.
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int h = i >> 1;
+      float v = __fmul_rn(s[n][i], scale_log2);
+      if (mask) {
+        const int key = tile_start + n * 8 + 2 * q + (i & 1);
+        if (key < rows.first[h] || key > rows.pos[h]) v = -INFINITY;
+      }
+      s[n][i] = v;
+      mx[h] = fmaxf(mx[h], v);
+    }
+  }
+  float corr[2], base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_old = st.m[h];
+    const float m_new = fmaxf(m_old, QuadMax(mx[h]));
+    corr[h] = m_old == m_new ? 1.0f : m_old == -INFINITY ? 0.0f : Exp2(__fsub_rn(m_old, m_new));
+    base[h] = m_new == -INFINITY ? 0.0f : m_new;
+    st.m[h] = m_new;
+  }
+  // P = 2^(S - m); this thread's part of the row sums, in a fixed order.
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int h = i >> 1;
+      const float p = Exp2(__fsub_rn(s[n][i], base[h]));
+      s[n][i] = p;
+      sum[h] = __fadd_rn(sum[h], p);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) st.l[h] = __fadd_rn(__fmul_rn(st.l[h], corr[h]), sum[h]);
+#pragma unroll
+  for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+    st.acc[dt][0] = __fmul_rn(st.acc[dt][0], corr[0]);
+    st.acc[dt][1] = __fmul_rn(st.acc[dt][1], corr[0]);
+    st.acc[dt][2] = __fmul_rn(st.acc[dt][2], corr[1]);
+    st.acc[dt][3] = __fmul_rn(st.acc[dt][3], corr[1]);
+  }
+  // O += P V: P's C fragments are the A fragments of the second product (16 keys a k-step).
+#pragma unroll
+  for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+    const uint32_t a[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]), PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
+                           PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                           PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    const int key_row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+    const uint32_t base_addr = SmemAddr(vs + key_row * Geo::kRowBytes + (lane >> 4) * 16);
+#pragma unroll
+    for (int dp = 0; dp < HD / 16; ++dp) {
+      uint32_t b0[2], b1[2];
+      LdMatrixX4Trans(base_addr + dp * 32, b0[0], b0[1], b1[0], b1[1]);
+      Mma<T>(st.acc[2 * dp], a, b0);
+      Mma<T>(st.acc[2 * dp + 1], a, b1);
+    }
+  }
+}
+
+struct KernelArgs {
+  PagedAttentionParams p;
+  const FlashWorkItem* items;  // wide shape; null: one token per block
+  float* partial;              // split shape: [token][head][segment] rows of HD, then (m, l) pairs
+  float scale_log2;
+  int group;
+  int tokens_per_warp;
+};
+
+__device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int pos) {
+  return p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? static_cast<int>(pos - p.sliding_window + 1) : 0;
+}
+
+// kWarps warps serve tokens of one sequence for one KV head (blockIdx.y). kSplit: one token,
+// segment blockIdx.z of it, the state written to `partial` (or the output when the token has
+// one segment); otherwise every segment, merged as the walk goes.
+template <typename T, int HD, int kWarps, bool kSplit>
+__global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a) {
+  using Geo = Geometry<HD>;
+  constexpr int kThreads = kWarps * 32;
+  extern __shared__ __align__(16) uint8_t smem[];
+  const PagedAttentionParams& p = a.p;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int kvh = blockIdx.y;
+  const int group = a.group;
+
+  int t_begin = blockIdx.x, t_end = blockIdx.x + 1;
+  if (!kSplit && a.items != nullptr) {
+    const FlashWorkItem it = a.items[blockIdx.x];
+    t_begin = it.first_token;
+    t_end = it.first_token + it.num_tokens;
+  }
+  const int w_begin = min(t_end, t_begin + warp * a.tokens_per_warp);
+  const int w_end = min(t_end, w_begin + a.tokens_per_warp);
+
+  // The thread's rows: row r is head r % group of token w_begin + r / group.
+  Rows rows;
+  const float* q_rows[2];
+  int64_t out_rows[2];  // (token * num_heads + head)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h, i = r / group, tok = w_begin + i;
+    rows.valid[h] = i < a.tokens_per_warp && tok < w_end;
+    if (rows.valid[h]) {
+      rows.pos[h] = p.positions[tok];
+      rows.first[h] = WindowStart(p, rows.pos[h]);
+      rows.seg[h] = static_cast<int>(FlashSegmentKeys(rows.first[h], rows.pos[h]));
+      out_rows[h] = static_cast<int64_t>(tok) * p.num_heads + static_cast<int64_t>(kvh) * group + r % group;
+      q_rows[h] = p.q + out_rows[h] * HD;
+    } else {
+      rows.pos[h] = -1;
+      rows.first[h] = 0;
+      rows.seg[h] = kSegmentUnit;
+      out_rows[h] = 0;
+      q_rows[h] = nullptr;
+    }
+  }
+  // The warp's keys [w_lo, w_hi] and the keys every row of it sees [w_all_lo, w_all_hi].
+  int w_lo = INT_MAX, w_hi = -1, w_all_lo = 0, w_all_hi = INT_MAX;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rows.valid[h]) {
+      w_lo = min(w_lo, rows.first[h]);
+      w_hi = max(w_hi, rows.pos[h]);
+      w_all_lo = max(w_all_lo, rows.first[h]);
+      w_all_hi = min(w_all_hi, rows.pos[h]);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    w_lo = min(w_lo, __shfl_xor_sync(0xffffffffu, w_lo, o));
+    w_hi = max(w_hi, __shfl_xor_sync(0xffffffffu, w_hi, o));
+    w_all_lo = max(w_all_lo, __shfl_xor_sync(0xffffffffu, w_all_lo, o));
+    w_all_hi = min(w_all_hi, __shfl_xor_sync(0xffffffffu, w_all_hi, o));
+  }
+
+  // The block's keys [lo, hi]: a segment of its token (split) or the union of its warps' keys.
+  int lo, hi, z = 0, num_segments = 1;
+  if constexpr (kSplit) {
+    const int pos = p.positions[t_begin], first = WindowStart(p, pos);
+    const int seg = static_cast<int>(FlashSegmentKeys(first, pos));
+    const int s0 = first / seg;
+    num_segments = pos / seg - s0 + 1;
+    z = blockIdx.z;
+    if (z >= num_segments) return;
+    lo = max(first, (s0 + z) * seg);
+    hi = min(pos, (s0 + z + 1) * seg - 1);
+  } else {
+    __shared__ int range_s[2][kWarps];
+    if (lane == 0) {
+      range_s[0][warp] = w_lo;
+      range_s[1][warp] = w_hi;
+    }
+    __syncthreads();
+    lo = INT_MAX;
+    hi = -1;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      lo = min(lo, range_s[0][w]);
+      hi = max(hi, range_s[1][w]);
+    }
+    if (hi < 0) return;
+  }
+
+  // Q as A fragments, rounded to T (padding rows: zeros).
+  uint32_t qf[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // columns 2q (+0) and 2q + 8
+      const int d = kk * 16 + 2 * q + 8 * half;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float2 v = make_float2(0.0f, 0.0f);
+        if (q_rows[h] != nullptr) v = *reinterpret_cast<const float2*>(q_rows[h] + d);
+        qf[kk][2 * half + h] = PackPair<T>(v.x, v.y);
+      }
+    }
+  }
+
+  const int32_t* table = p.block_tables[t_begin];
+  const int bs_shift = __ffs(static_cast<int>(p.block_size)) - 1;
+  const int bs_mask = static_cast<int>(p.block_size) - 1;
+  const int64_t slot_bytes = p.num_kv_heads * HD * 2;
+  const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(kvh) * HD * 2;
+  const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(kvh) * HD * 2;
+  constexpr int kChunks = HD * 2 / 16;  // 16-byte pieces of a row
+  // Tile j's keys into `stage`; keys outside [lo, hi] are zeros (never read from the cache).
+  auto load_tile = [&](int stage, int j) {
+    uint8_t* ks = smem + stage * Geo::kStageBytes;
+    uint8_t* vs = ks + Geo::kTileBytes;
+    const int key0 = j * kKeyTile;
+#pragma unroll 4
+    for (int i = tid; i < kKeyTile * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const int key = key0 + r;
+      const bool ok = key >= lo && key <= hi;
+      const int64_t slot = ok ? static_cast<int64_t>(table[key >> bs_shift]) * p.block_size + (key & bs_mask) : 0;
+      CpAsync16(SmemAddr(ks + r * Geo::kRowBytes + c * 16), k_base + slot * slot_bytes + c * 16, ok);
+      CpAsync16(SmemAddr(vs + r * Geo::kRowBytes + c * 16), v_base + slot * slot_bytes + c * 16, ok);
+    }
+  };
+  auto barrier = [] {
+    if constexpr (kWarps == 1) {
+      __syncwarp();
+    } else {
+      __syncthreads();
+    }
+  };
+
+  State<HD> st;
+  st.Reset(0);
+  st.Reset(1);
+  // The walking shapes' merged result: (M, L) per row in registers, O in shared memory at
+  // this thread's own slots ([value][thread], conflict-free).
+  float M[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
+  bool merged[2] = {false, false};
+  float* o_s = reinterpret_cast<float*>(smem + Geo::kPipelineBytes) + tid;
+  auto flush = [&](const bool (&now)[2]) {  // every lane calls it (the quad sums)
+    const float l_total[2] = {QuadSum(st.l[0]), QuadSum(st.l[1])};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!now[h]) continue;
+      if (rows.valid[h] && st.m[h] != -INFINITY) {
+        if (!merged[h]) {
+          M[h] = st.m[h];
+          L[h] = l_total[h];
+#pragma unroll
+          for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+            o_s[(dt * 4 + 2 * h) * kThreads] = st.acc[dt][2 * h];
+            o_s[(dt * 4 + 2 * h + 1) * kThreads] = st.acc[dt][2 * h + 1];
+          }
+          merged[h] = true;
+        } else {
+          const MergeScales sc = ScalesFor(M[h], st.m[h]);
+#pragma unroll
+          for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              float& o = o_s[(dt * 4 + 2 * h + j) * kThreads];
+              o = Blend(o, st.acc[dt][2 * h + j], sc);
+            }
+          }
+          L[h] = Blend(L[h], l_total[h], sc);
+          M[h] = sc.m;
+        }
+      }
+      st.Reset(h);
+    }
+  };
+
+  const int tile_lo = lo / kKeyTile, tile_hi = hi / kKeyTile;
+  load_tile(0, tile_lo);
+  CpAsyncCommit();
+  for (int j = tile_lo; j <= tile_hi; ++j) {
+    if (j < tile_hi) load_tile((j + 1 - tile_lo) & 1, j + 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    barrier();
+    const int tile_start = j * kKeyTile;
+    if (tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo) {
+      const uint8_t* ks = smem + ((j - tile_lo) & 1) * Geo::kStageBytes;
+      const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
+      AttendTile<T, HD>(ks, ks + Geo::kTileBytes, tile_start, qf, rows, a.scale_log2, mask, st);
+    }
+    barrier();  // the stage is read before the tile after next overwrites it
+    if constexpr (!kSplit) {
+      const int end = tile_start + kKeyTile;
+      if (end % kSegmentUnit == 0 && j < tile_hi) {
+        const bool now[2] = {end % rows.seg[0] == 0, end % rows.seg[1] == 0};
+        flush(now);
+      }
+    }
+  }
+
+  if constexpr (kSplit) {
+    const float l_total[2] = {QuadSum(st.l[0]), QuadSum(st.l[1])};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!rows.valid[h]) continue;
+      if (num_segments == 1) {
+        float* out = p.out + out_rows[h] * HD + 2 * q;
+#pragma unroll
+        for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+          *reinterpret_cast<float2*>(out + dt * 8) =
+              make_float2(__fdiv_rn(st.acc[dt][2 * h], l_total[h]), __fdiv_rn(st.acc[dt][2 * h + 1], l_total[h]));
+        }
+      } else {
+        const int64_t at = out_rows[h] * kFlashMaxSegments + z;
+        float* part = a.partial + at * HD + 2 * q;
+#pragma unroll
+        for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+          *reinterpret_cast<float2*>(part + dt * 8) = make_float2(st.acc[dt][2 * h], st.acc[dt][2 * h + 1]);
+        }
+        if (q == 0) {
+          float* ml = a.partial + p.num_tokens * p.num_heads * kFlashMaxSegments * HD + at * 2;
+          ml[0] = st.m[h];
+          ml[1] = l_total[h];
+        }
+      }
+    }
+  } else {
+    const bool all[2] = {true, true};
+    flush(all);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!rows.valid[h]) continue;
+      float* out = p.out + out_rows[h] * HD + 2 * q;
+#pragma unroll
+      for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+        *reinterpret_cast<float2*>(out + dt * 8) = make_float2(__fdiv_rn(o_s[(dt * 4 + 2 * h) * kThreads], L[h]),
+                                                               __fdiv_rn(o_s[(dt * 4 + 2 * h + 1) * kThreads], L[h]));
+      }
+    }
+  }
+}
+
+// The split shape's merge: a token's segment states in order, as the walking shapes merge them.
+template <int HD>
+__global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int pos = p.positions[t], first = WindowStart(p, pos);
+  const int seg = static_cast<int>(FlashSegmentKeys(first, pos));
+  const int num_segments = pos / seg - first / seg + 1;
+  if (num_segments == 1) return;
+  const int64_t at = (static_cast<int64_t>(t) * p.num_heads + h) * kFlashMaxSegments;
+  const float* ml = partial + p.num_tokens * p.num_heads * kFlashMaxSegments * HD + at * 2;
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    float M = ml[0], L = ml[1], O = partial[at * HD + d];
+    for (int s = 1; s < num_segments; ++s) {
+      const MergeScales sc = ScalesFor(M, ml[2 * s]);
+      O = Blend(O, partial[(at + s) * HD + d], sc);
+      L = Blend(L, ml[2 * s + 1], sc);
+      M = sc.m;
+    }
+    p.out[(static_cast<int64_t>(t) * p.num_heads + h) * HD + d] = __fdiv_rn(O, L);
+  }
+}
+
+// Sets a kernel's shared-memory limit once per device.
+template <typename Kernel>
+void AllowSmem(Kernel kernel, int bytes, uint32_t* devices_done) {
+  int device = 0;
+  PAGODA_CUDA_CHECK(cudaGetDevice(&device));
+  const uint32_t bit = device < 32 ? 1u << device : 0u;
+  if (bit != 0 && (*devices_done & bit) != 0) return;
+  PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  *devices_done |= bit;
+}
+
+template <typename T, int HD, int kWarps, bool kSplit>
+void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream) {
+  using Geo = Geometry<HD>;
+  constexpr int kSmem = Geo::kPipelineBytes + (kSplit ? 0 : Geo::kOutFloats * kWarps * 32 * 4);
+  static uint32_t devices_done = 0;
+  AllowSmem(FlashAttentionKernel<T, HD, kWarps, kSplit>, kSmem, &devices_done);
+  FlashAttentionKernel<T, HD, kWarps, kSplit><<<grid, kWarps * 32, kSmem, stream>>>(a);
+  PAGODA_CUDA_CHECK_LAUNCH("FlashAttentionKernel");
+}
+
+template <typename T, int HD>
+void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
+            int64_t num_items, float* scratch, cudaStream_t stream) {
+  KernelArgs a;
+  a.p = p;
+  a.items = nullptr;
+  a.partial = scratch;
+  a.scale_log2 = static_cast<float>(static_cast<double>(p.scale) * 1.4426950408889634);
+  a.group = static_cast<int>(p.num_heads / p.num_kv_heads);
+  a.tokens_per_warp = 16 / a.group;
+  const unsigned kv = static_cast<unsigned>(p.num_kv_heads);
+  switch (shape) {
+    case FlashShape::kSplit: {
+      // Segments of a token with at most max_keys keys (+1: a window may straddle one more).
+      const int64_t depth = std::min<int64_t>(kFlashMaxSegments, std::max<int64_t>(max_keys - 1, 0) / kSegmentUnit + 2);
+      a.tokens_per_warp = 1;
+      LaunchKernel<T, HD, 1, true>(a, dim3(static_cast<unsigned>(p.num_tokens), kv, static_cast<unsigned>(depth)),
+                                   stream);
+      if (depth > 1) {
+        FlashMergeKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
+                               stream>>>(p, scratch);
+        PAGODA_CUDA_CHECK_LAUNCH("FlashMergeKernel");
+      }
+      return;
+    }
+    case FlashShape::kNarrow:
+      a.tokens_per_warp = 1;
+      LaunchKernel<T, HD, 1, false>(a, dim3(static_cast<unsigned>(p.num_tokens), kv), stream);
+      return;
+    case FlashShape::kWide:
+      a.items = items;
+      LaunchKernel<T, HD, kWideWarps, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream);
+      return;
+  }
+}
+
+}  // namespace
+
+bool FlashAttentionSupports(const PagedAttentionParams& p) {
+  if (p.kv_dtype != DType::kBF16 && p.kv_dtype != DType::kF16) return false;
+  if (p.head_dim != 64 && p.head_dim != 128) return false;
+  if (p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 || p.num_heads / p.num_kv_heads > 16) return false;
+  if (p.block_size <= 0 || (p.block_size & (p.block_size - 1)) != 0) return false;
+  return p.num_tokens <= 2147483647 && p.num_kv_heads <= 65535;
+}
+
+int64_t FlashAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim) {
+  return std::min(num_tokens, kFlashSplitMaxTokens) * num_heads * kFlashMaxSegments * (head_dim + 2);
+}
+
+int64_t FlashTokensPerItem(int64_t group) { return kWideWarps * (16 / std::max<int64_t>(group, 1)); }
+
+std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, int64_t tokens_per_item) {
+  std::vector<FlashWorkItem> items;
+  for (size_t s = 0; s + 1 < query_start_loc.size(); ++s) {
+    const int32_t begin = query_start_loc[s], end = query_start_loc[s + 1];
+    // The sequence's last run (the most keys) first: long blocks start early.
+    for (int64_t stop = end; stop > begin; stop -= tokens_per_item) {
+      const int64_t start = std::max<int64_t>(begin, stop - tokens_per_item);
+      items.push_back({static_cast<int32_t>(start), static_cast<int32_t>(stop - start)});
+    }
+  }
+  return items;
+}
+
+FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs) {
+  if (num_tokens <= kFlashSplitMaxTokens) return FlashShape::kSplit;
+  return num_tokens == num_seqs ? FlashShape::kNarrow : FlashShape::kWide;
+}
+
+void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
+                    int64_t num_items, float* scratch, cudaStream_t stream) {
+  if (p.num_tokens <= 0) return;
+  PAGODA_CHECK(FlashAttentionSupports(p)) << "FlashAttention: unsupported shape";
+  PAGODA_CHECK(shape != FlashShape::kSplit || p.num_tokens <= kFlashSplitMaxTokens)
+      << "FlashAttention: " << p.num_tokens << " tokens for the split shape";
+  PAGODA_CHECK(shape != FlashShape::kWide || (items != nullptr && num_items > 0)) << "FlashAttention: no work items";
+  const bool bf16 = p.kv_dtype == DType::kBF16;
+  if (p.head_dim == 128) {
+    bf16 ? Launch<__nv_bfloat16, 128>(p, shape, max_keys, items, num_items, scratch, stream)
+         : Launch<__half, 128>(p, shape, max_keys, items, num_items, scratch, stream);
+  } else {
+    bf16 ? Launch<__nv_bfloat16, 64>(p, shape, max_keys, items, num_items, scratch, stream)
+         : Launch<__half, 64>(p, shape, max_keys, items, num_items, scratch, stream);
+  }
+}
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,73 @@
+// Paged attention on tensor cores: FlashAttention-2-style tiles (mma.sync m16n8k16) over a
+// bf16 or f16 KV cache, for head dims 64 and 128, up to 16 query heads per KV head and
+// power-of-two block sizes; the contract of kernels/params/attention_params.h (the grouped
+// SIMT kernel in paged_attention.cu serves the other shapes and f32 caches).
+//
+// A warp computes 16 query rows: the G query heads of one KV head for 16 / G consecutive
+// tokens of one sequence (GQA packing: the group shares every K/V read). Q is rounded to the
+// cache's 16-bit type, S = Q K^T and O += P V run on tensor cores with f32 accumulators, P is
+// rounded to the same type for the second product (as FlashAttention does), the online softmax
+// is in f32 in the log2 domain.
+//
+// The same bits whatever the step: every row's result is a function of its own position only.
+//   - Keys are walked in tiles of 64 at absolute positions [64j, 64j + 64); keys outside a
+//     row's window are masked to -inf, which leaves its softmax state unchanged bit for bit.
+//   - A row's keys are cut into segments at absolute multiples of FlashSegmentKeys(first, pos)
+//     (256 keys doubled until at most 16 segments cover the row); each segment's state (m, l,
+//     O) is merged into the result in segment order with explicit roundings.
+// Three launch shapes do those same operations:
+//   split   (<= kFlashSplitMaxTokens tokens: decode) one warp per (token, KV head, segment),
+//           partial states to scratch, a merge kernel; small batches fill the GPU;
+//   narrow  (more tokens, one per sequence) one warp per (token, KV head) walking the segments;
+//   wide    (prefill) four warps per block share each K/V tile for 4 * 16 / G consecutive tokens
+//           of a sequence (a FlashWorkItem), each walking the segments of its rows.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/params/attention_params.h"
+
+namespace pagoda::cuda {
+
+// Consecutive tokens of one sequence that one wide block serves.
+struct FlashWorkItem {
+  int32_t first_token = 0;
+  int32_t num_tokens = 0;
+};
+
+// Whether FlashAttention serves `p` (unquantized bf16/f16 cache, head dim 64 or 128, group
+// size <= 16, power-of-two block size).
+bool FlashAttentionSupports(const PagedAttentionParams& p);
+
+// Steps of at most this many tokens run split; scratch holds their partial states.
+constexpr int64_t kFlashSplitMaxTokens = 128;
+constexpr int kFlashMaxSegments = 16;
+int64_t FlashAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim);
+
+// Keys per segment for a row attending to [first, pos].
+__host__ __device__ inline int64_t FlashSegmentKeys(int64_t first, int64_t pos) {
+  int64_t seg = 256;
+  while (pos / seg - first / seg + 1 > kFlashMaxSegments) seg *= 2;
+  return seg;
+}
+
+// Tokens per wide work item for `group` query heads per KV head.
+int64_t FlashTokensPerItem(int64_t group);
+// The wide launch's items: every sequence (query_start_loc, as in StepDescription) cut into
+// runs of at most `tokens_per_item` tokens, the longest-context runs first.
+std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, int64_t tokens_per_item);
+
+enum class FlashShape { kSplit, kNarrow, kWide };
+// The launch shape for a step of `num_tokens` tokens in `num_seqs` sequences.
+FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs);
+
+// `max_keys`: the most keys a token of the step attends to (the split grid's depth); `items`:
+// the wide shape's work items in device memory (FlashWorkItems), unused by the others.
+void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
+                    int64_t num_items, float* scratch, cudaStream_t stream);
+
+}  // namespace pagoda::cuda
