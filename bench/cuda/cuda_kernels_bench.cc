@@ -28,6 +28,7 @@
 #include "backend/step_description.h"
 #include "core/dtype.h"
 #include "kernels/params/attention_params.h"
+#include "kernels/params/sampling_params.h"
 #include "kv/kv_format.h"
 #include "model/model.h"
 
@@ -219,8 +220,8 @@ void BenchPrefillAttentions(CudaBackend& gpu, bool quick) {
 }
 
 // A whole model on the GPU through Model::Forward: prefill of `input` tokens per sequence, then
-// `output` decode steps of the whole batch (one token per sequence per step, logits copied to
-// the host as the engine takes them). The floor of a decode step is its bytes (weights once,
+// `output` decode steps of the whole batch (one token per sequence per step, the logits left in
+// the backend's LogitsBuffer and the greedy tokens chosen there, as the engine takes them). The floor of a decode step is its bytes (weights once,
 // plus every sequence's K/V) over the copy bandwidth.
 void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool quick, bool graphs) {
   LoadOptions options;
@@ -271,6 +272,19 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
       tokens[s] = tokens_for(input + output + kProfiled, s);
       ForwardSequence(*model, *cache, builder, tokens[s], 0, input, tables[s], LogitRows::kLast, logits.data());
     }
+    SamplingParams greedy;
+    greedy.temperature = 0.0;
+    std::vector<std::unique_ptr<SamplerState>> states;
+    std::vector<SampleRow> rows(batch);
+    for (int64_t s = 0; s < batch; ++s) {
+      states.push_back(gpu.CreateSampler(greedy));
+      rows[s].state = states.back().get();
+    }
+    auto decode = [&](const StepDescription& step) {
+      const TensorView device_logits = gpu.LogitsBuffer(batch, vocab);
+      model->Forward(step, gpu, *cache, device_logits);
+      gpu.Sample(device_logits, rows);
+    };
     std::vector<double> step_s;
     for (int64_t i = 0; i < output; ++i) {
       gpu.Synchronize();
@@ -280,7 +294,7 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
         const int64_t index = builder.AddSequence(tokens[s], input + i, 1, tables[s]);
         builder.AddLogits(index);
       }
-      model->Forward(builder.Finish(), gpu, *cache, TensorView::F32(logits.data(), batch, vocab));
+      decode(builder.Finish());
       gpu.Synchronize();
       step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
@@ -292,7 +306,7 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
     for (int64_t i = output; i < output + kProfiled; ++i) {
       builder.Reset(block);
       for (int64_t s = 0; s < batch; ++s) builder.AddLogits(builder.AddSequence(tokens[s], input + i, 1, tables[s]));
-      model->Forward(builder.Finish(), gpu, *cache, TensorView::F32(logits.data(), batch, vocab));
+      decode(builder.Finish());
     }
     std::string ops;
     double total = 0;

@@ -133,10 +133,11 @@ class Backend {
   virtual std::unique_ptr<KVCache> CreateKVCache(const KVStorageShape& shape) = 0;
   // Copy-on-write block copies, every layer.
   virtual void CopyBlock(KVCache& cache, int32_t src, int32_t dst) = 0;
-  // Decode steps (one token per sequence, logits into host memory) replayed as recorded launch
-  // graphs, one per batch size (CUDA graphs); off: every op launches eagerly (--enforce-eager).
-  // A backend without graphs ignores it. Only callers that end every step with the logits
-  // MatMul into host memory (the engine, the generator, the benchmarks) may turn it on.
+  // Decode steps (one token per sequence, logits into host memory or LogitsBuffer) replayed as
+  // recorded launch graphs, one per batch size (CUDA graphs); off: every op launches eagerly
+  // (--enforce-eager). A backend without graphs ignores it. Only callers that end every step
+  // with the logits MatMul into host memory or LogitsBuffer (the engine, the generator, the
+  // benchmarks) may turn it on.
   virtual void EnableStepGraphs(bool /*on*/) {}
   // Scratch for steps of up to `max_tokens` tokens and `max_logits` logits rows, allocated now
   // (models call it from ReserveWorkspace), so a step allocates nothing. No-op by default.
@@ -194,9 +195,15 @@ class Backend {
   // Result rows to the host (logits).
   virtual void CopyToHost(const TensorView& src, float* dst) = 0;
 
+  // Where a step's logits rows stay for Sample when this backend samples in its own memory: a
+  // [rows, vocab] view of a buffer it owns (valid until the next call), which ends the step
+  // when the logits MatMul writes it. An empty view (the default): logits go to host memory.
+  virtual TensorView LogitsBuffer(int64_t /*rows*/, int64_t /*vocab*/) { return {}; }
+
   // ---- the sampler's device part: only token ids and the asked-for logprobs come back ----
   virtual std::unique_ptr<SamplerState> CreateSampler(const SamplingParams& params) = 0;
-  // One token per row of `logits` [rows.size(), vocab] (the rows may be modified): penalties
+  // One token per row of `logits` [rows.size(), vocab] (host rows may be modified; a
+  // LogitsBuffer view is only read): penalties
   // from the row's history, temperature, top-k / top-p / min-p, the draw from the row's state
   // (vLLM's order); the raw logprobs where asked (kernels/cpu/sampler.h is the reference).
   virtual void Sample(const TensorView& logits, std::span<SampleRow> rows) = 0;

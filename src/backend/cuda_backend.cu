@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "kernels/cpu/moe.h"
+#include "kernels/cuda/argmax.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/flash_attention.h"
@@ -68,7 +69,8 @@ struct CudaBackend::State {
   DeviceScratch token_ids, positions, slots, block_table, token_tables, logits_index;
   std::vector<const int32_t*> host_token_tables;
 
-  DeviceScratch staging;  // MatMul outputs that live on the host
+  DeviceScratch staging;  // MatMul outputs that live on the host; LogitsBuffer
+  DeviceScratch sampled_ids;  // greedy choices on the device
   DeviceScratch gemm_x, gemm_partial;  // bf16 copies of GEMM inputs; split-k partial sums
   DeviceScratch attention_partial;     // split-KV partial outputs
   int64_t max_keys = 0;                // the most keys a token of the step attends to
@@ -393,12 +395,19 @@ void CudaBackend::MatMul(const Weight& weight, const TensorView& x, const Tensor
   State& s = *s_;
   switch (ep.kind) {
     case Epilogue::Kind::kNone:
-      if (IsDevicePointer(y.data)) {
+      if (y.data != nullptr && y.data == s.staging.ptr.get()) {
+        // LogitsBuffer: the end of a step whose logits stay here. A captured step ends its graph
+        // and launches it, a replayed one just launches; nothing is copied.
+        if (!s.graphs->replaying()) s.Gemm(w, x, y.f32(), y.row_stride, false);
+        s.graphs->Finish(nullptr, 0, nullptr, 0, 0, 0);
+        s.stream = nullptr;
+      } else if (IsDevicePointer(y.data)) {
         if (s.graphs->replaying()) return;
         s.Gemm(w, x, y.f32(), y.row_stride, false);
       } else {
         // Host rows: the logits the engine hands in, the end of a step. Through device scratch;
         // a captured step ends its graph here and launches it, a replayed one just launches.
+        if (static_cast<size_t>(x.rows * w.rows) * sizeof(float) > s.staging.bytes) s.graphs->Drop();
         float* d = s.staging.Get<float>(x.rows * w.rows);
         if (!s.graphs->replaying()) s.Gemm(w, x, d, w.rows, false);
         s.graphs->Finish(y.data, y.row_stride * sizeof(float), d, w.rows * sizeof(float), w.rows * sizeof(float),
@@ -682,13 +691,84 @@ static TensorView HostRows(const TensorView& logits, std::vector<float>* copy) {
   return TensorView::F32(copy->data(), logits.rows, logits.cols);
 }
 
+TensorView CudaBackend::LogitsBuffer(int64_t rows, int64_t vocab) {
+  UseDevice(s_->device);
+  State& s = *s_;
+  // Graphs captured with the old buffer would write there: a larger one drops them.
+  if (static_cast<size_t>(std::max<int64_t>(rows * vocab, 1)) * sizeof(float) > s.staging.bytes) s.graphs->Drop();
+  return TensorView::F32(s.staging.Get<float>(rows * vocab), rows, vocab, Device::kCuda);
+}
+
+namespace {
+
+// The CPU sampler's state and the parameters, which decide whether a row is greedy.
+struct CudaSamplerState : SamplerState {
+  std::unique_ptr<SamplerState> cpu;
+  SamplingParams params;
+};
+
+// A row the device chooses: greedy with no penalty and no logprobs (the CPU sampler then takes
+// the arg max of the raw logits and draws nothing from its generator).
+bool DeviceGreedy(const SampleRow& row) {
+  const SamplingParams& p = static_cast<const CudaSamplerState*>(row.state)->params;
+  return p.greedy() && p.repetition_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 &&
+         row.logprobs == nullptr;
+}
+
+}  // namespace
+
 std::unique_ptr<SamplerState> CudaBackend::CreateSampler(const SamplingParams& params) {
-  return DefaultCpuBackend().CreateSampler(params);
+  auto state = std::make_unique<CudaSamplerState>();
+  state->cpu = DefaultCpuBackend().CreateSampler(params);
+  state->params = params;
+  return state;
 }
 
 void CudaBackend::Sample(const TensorView& logits, std::span<SampleRow> rows) {
-  std::vector<float> copy;
-  DefaultCpuBackend().Sample(HostRows(logits, &copy), rows);
+  PAGODA_CHECK(logits.rows == static_cast<int64_t>(rows.size()))
+      << "Sample: " << logits.rows << " rows of logits for " << rows.size() << " requests";
+  for (const SampleRow& r : rows) {
+    PAGODA_CHECK(dynamic_cast<const CudaSamplerState*>(r.state) != nullptr)
+        << "Sample: a sampler state the CUDA backend did not make";
+  }
+  // The CPU sampler for the rows in `which` (host rows: the view itself; device rows: copies).
+  auto on_cpu = [&](const std::vector<size_t>& which, bool on_device) {
+    if (which.empty()) return;
+    std::vector<float> host(which.size() * logits.cols);
+    std::vector<SampleRow> cpu_rows;
+    for (size_t j = 0; j < which.size(); ++j) {
+      const size_t i = which[j];
+      if (on_device) {
+        PAGODA_CUDA_CHECK(cudaMemcpy(host.data() + j * logits.cols, logits.f32() + i * logits.row_stride,
+                                     logits.cols * sizeof(float), cudaMemcpyDeviceToHost));
+      } else {
+        std::copy_n(logits.f32() + i * logits.row_stride, logits.cols, host.data() + j * logits.cols);
+      }
+      SampleRow r = rows[i];
+      r.state = static_cast<CudaSamplerState*>(rows[i].state)->cpu.get();
+      cpu_rows.push_back(r);
+    }
+    DefaultCpuBackend().Sample(TensorView::F32(host.data(), static_cast<int64_t>(which.size()), logits.cols), cpu_rows);
+    for (size_t j = 0; j < which.size(); ++j) rows[which[j]].token = cpu_rows[j].token;
+  };
+  std::vector<size_t> all(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) all[i] = i;
+  if (logits.device != Device::kCuda || !IsDevicePointer(logits.data)) {
+    on_cpu(all, false);
+    return;
+  }
+  UseDevice(s_->device);
+  std::vector<size_t> greedy, other;
+  for (size_t i = 0; i < rows.size(); ++i) (DeviceGreedy(rows[i]) ? greedy : other).push_back(i);
+  if (!greedy.empty()) {
+    // Arg max of every row (one launch), then only the greedy rows' ids are used.
+    int32_t* ids = s_->sampled_ids.Get<int32_t>(logits.rows);
+    cuda::ArgMaxRows(logits.f32(), logits.row_stride, logits.rows, logits.cols, ids, nullptr);
+    std::vector<int32_t> host(static_cast<size_t>(logits.rows));
+    PAGODA_CUDA_CHECK(cudaMemcpy(host.data(), ids, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    for (size_t i : greedy) rows[i].token = host[i];
+  }
+  on_cpu(other, true);
 }
 
 void CudaBackend::Logprobs(const TensorView& logits, std::span<const int32_t> tokens, int64_t k,

@@ -83,6 +83,9 @@ class CudaBackend : public Backend {
   void AllReduce(const TensorView& x) override;
   // Sampling runs on the host for now, through the CPU backend's sampler (the engine hands in
   // host logits; device rows are copied back first). Sampling on the device is not written yet.
+  // Logits rows in device memory (the step's staging buffer): greedy rows are chosen there
+  // (only their ids come back); other rows are copied to the host for the CPU sampler.
+  TensorView LogitsBuffer(int64_t rows, int64_t vocab) override;
   std::unique_ptr<SamplerState> CreateSampler(const SamplingParams& params) override;
   void Sample(const TensorView& logits, std::span<SampleRow> rows) override;
   void Logprobs(const TensorView& logits, std::span<const int32_t> tokens, int64_t k,

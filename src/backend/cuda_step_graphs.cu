@@ -69,7 +69,9 @@ cudaStream_t StepGraphs::Begin(int64_t batch, const KVCache* cache, bool graphab
 
 void StepGraphs::Finish(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) {
   if (phase_ == Phase::kEager) {
-    PAGODA_CUDA_CHECK(cudaMemcpy2D(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToHost));
+    if (dst != nullptr) {
+      PAGODA_CUDA_CHECK(cudaMemcpy2D(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToHost));
+    }
     return;
   }
   if (phase_ == Phase::kCapturing) {
@@ -80,7 +82,10 @@ void StepGraphs::Finish(void* dst, size_t dst_pitch, const void* src, size_t src
     PAGODA_CUDA_CHECK(e);
   }
   PAGODA_CUDA_CHECK(cudaGraphLaunch(current_->exec, stream_));
-  PAGODA_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToHost, stream_));
+  if (dst != nullptr) {
+    PAGODA_CUDA_CHECK(
+        cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToHost, stream_));
+  }
   PAGODA_CUDA_CHECK(cudaStreamSynchronize(stream_));
   phase_ = Phase::kEager;
 }

@@ -43,6 +43,7 @@ class StepGraphs {
   // The step's end: logits rows [rows, width bytes] from device `src` (pitch src_pitch) to host
   // `dst` (pitch dst_pitch). Eager: a plain copy; captured: the graph is instantiated first;
   // captured or replayed: the graph is launched, then the copy, on graph_stream. Back to eager.
+  // dst null: no copy (the logits stay on the device); a graph's launch is still waited for.
   void Finish(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows);
 
  private:

@@ -157,9 +157,8 @@ void Engine::AppendToken(Request& r, int32_t id, const TokenLogprobs* lp, Reques
   }
 }
 
-void Engine::ForkSamples(Request& parent, const float* logits, std::vector<RequestOutput>* outs) {
+void Engine::ForkSamples(Request& parent, const TensorView& row, std::vector<RequestOutput>* outs) {
   parent.forked = true;
-  const int64_t vocab = model_.spec().vocab_size;
   for (int64_t i = 1; i < parent.spec.n; ++i) {
     auto child = std::make_unique<Request>();
     child->id = parent.id + i;
@@ -184,32 +183,64 @@ void Engine::ForkSamples(Request& parent, const float* logits, std::vector<Reque
     scheduler_.AddRunning(child.get());
     Request* c = child.get();
     requests_.emplace(c->id, std::move(child));
-    std::vector<float> row(logits, logits + vocab);
-    PostProcess(*c, row.data(), outs);
+    PostProcess(*c, row, outs);
   }
 }
 
-void Engine::PostProcess(Request& r, const float* logits, std::vector<RequestOutput>* outs) {
-  const int64_t vocab = model_.spec().vocab_size;
-  if (r.spec.n > 1 && !r.forked) ForkSamples(r, logits, outs);
-  std::vector<float> row(logits, logits + vocab);
-  RequestOutput out;
-  out.request_id = r.id;
-  TokenLogprobs lp;
-  const bool want_lp = r.spec.sampling.logprobs >= 0;
+SampleRow Engine::RowFor(Request& r, TokenLogprobs* logprobs) const {
   SampleRow sample;
   sample.state = r.sampler.get();
   sample.prompt = std::span<const int32_t>(r.tokens.data(), r.num_prompt_tokens);
   sample.output = std::span<const int32_t>(r.tokens.data() + r.num_prompt_tokens, r.num_output_tokens());
-  sample.logprobs = want_lp ? &lp : nullptr;
-  model_.backend().Sample(TensorView::F32(row.data(), 1, vocab), std::span<SampleRow>(&sample, 1));
-  const int32_t id = sample.token;
+  sample.logprobs = logprobs;
+  return sample;
+}
+
+void Engine::PostProcess(Request& r, const TensorView& row, std::vector<RequestOutput>* outs) {
+  if (r.spec.n > 1 && !r.forked) ForkSamples(r, row, outs);
+  TokenLogprobs lp;
+  const bool want_lp = r.spec.sampling.logprobs >= 0;
+  SampleRow sample = RowFor(r, want_lp ? &lp : nullptr);
+  // Host rows are changed by the sampler (penalties): it works on a copy; the other children
+  // of a fork read the same row.
+  std::vector<float> copy;
+  TensorView sampled = row;
+  if (row.device == Device::kCpu) {
+    copy.assign(row.f32(), row.f32() + row.cols);
+    sampled = TensorView::F32(copy.data(), 1, row.cols);
+  }
+  model_.backend().Sample(sampled, std::span<SampleRow>(&sample, 1));
+  Emit(r, sample.token, want_lp ? &lp : nullptr, outs);
+}
+
+void Engine::SampleStep(ModelRunner::StepResult& step, std::vector<RequestOutput>* outs) {
+  const size_t n = step.sampled.size();
+  if (n == 0) return;
+  const TensorView logits = step.Logits(model_.spec().vocab_size);
+  std::vector<std::vector<RequestOutput>> children(n);
+  std::vector<TokenLogprobs> lps(n);
+  std::vector<SampleRow> rows(n);
+  for (size_t i = 0; i < n; ++i) {
+    Request& r = *step.sampled[i];
+    if (r.spec.n > 1 && !r.forked) ForkSamples(r, logits.RowRange(static_cast<int64_t>(i), 1), &children[i]);
+    rows[i] = RowFor(r, r.spec.sampling.logprobs >= 0 ? &lps[i] : nullptr);
+  }
+  model_.backend().Sample(logits, rows);
+  for (size_t i = 0; i < n; ++i) {
+    for (RequestOutput& c : children[i]) outs->push_back(std::move(c));
+    Emit(*step.sampled[i], rows[i].token, rows[i].logprobs, outs);
+  }
+}
+
+void Engine::Emit(Request& r, int32_t id, const TokenLogprobs* lp, std::vector<RequestOutput>* outs) {
+  RequestOutput out;
+  out.request_id = r.id;
   if (r.spec.want_prompt_logits && !r.prompt_logprobs_sent) {
     out.prompt_logprobs = std::move(r.prompt_logprobs);
     r.prompt_logprobs.clear();
     r.prompt_logprobs_sent = true;
   }
-  AppendToken(r, id, want_lp ? &lp : nullptr, out);
+  AppendToken(r, id, lp, out);
   out.num_prompt_tokens = r.num_prompt_tokens;
   out.num_output_tokens = r.num_output_tokens();
   out.num_cached_tokens = r.num_cached_tokens;
@@ -240,8 +271,7 @@ std::vector<RequestOutput> Engine::Step() {
   ModelRunner::StepResult step = runner_.Execute(sched);
   for (const ScheduledRequest& s : sched.scheduled) s.request->num_computed_tokens += s.num_tokens;
   StorePromptLogprobs(step);
-  const int64_t vocab = model_.spec().vocab_size;
-  for (size_t i = 0; i < step.sampled.size(); ++i) PostProcess(*step.sampled[i], &step.logits[i * vocab], &outs);
+  SampleStep(step, &outs);
   for (auto it = requests_.begin(); it != requests_.end();) {
     it = it->second->finished() ? requests_.erase(it) : std::next(it);
   }

@@ -78,9 +78,17 @@ class Engine {
   EngineStats Stats() const;
 
  private:
-  void PostProcess(Request& r, const float* logits, std::vector<RequestOutput>* outs);
+  // A token for every request of the step that samples, all rows in one Backend::Sample call
+  // (the logits may stay in device memory); a request that forks (n > 1) first hands its row to
+  // its children, whose outputs come before its own.
+  void SampleStep(ModelRunner::StepResult& step, std::vector<RequestOutput>* outs);
+  // One request's token from its row [1, vocab] (a forked child).
+  void PostProcess(Request& r, const TensorView& row, std::vector<RequestOutput>* outs);
+  SampleRow RowFor(Request& r, TokenLogprobs* logprobs) const;
+  // The chosen token into the request and its output.
+  void Emit(Request& r, int32_t id, const TokenLogprobs* lp, std::vector<RequestOutput>* outs);
   void StorePromptLogprobs(const ModelRunner::StepResult& step);
-  void ForkSamples(Request& parent, const float* logits, std::vector<RequestOutput>* outs);
+  void ForkSamples(Request& parent, const TensorView& row, std::vector<RequestOutput>* outs);
   void AppendToken(Request& r, int32_t id, const TokenLogprobs* lp, RequestOutput& out);
   void Finish(Request& r, FinishReason reason, RequestOutput& out);
 

@@ -37,6 +37,13 @@ ModelRunner::StepResult ModelRunner::Execute(const SchedulerOutput& out) {
   const int64_t vocab = model_.spec().vocab_size;
   const int64_t num_sampled = static_cast<int64_t>(result.sampled.size());
   if (prompt_rows_.empty()) {
+    // Rows the backend samples in its own memory (only token ids come back), else host rows.
+    const TensorView device_logits = backend.LogitsBuffer(num_sampled, vocab);
+    if (device_logits.data != nullptr) {
+      model_.Forward(step, backend, cache_, device_logits);
+      result.device_logits = device_logits;
+      return result;
+    }
     result.logits.resize(num_sampled * vocab);
     model_.Forward(step, backend, cache_, TensorView::F32(result.logits.data(), num_sampled, vocab));
     return result;

@@ -21,7 +21,14 @@ class ModelRunner {
 
   struct StepResult {
     std::vector<Request*> sampled;  // requests that get a new token, in batch order
-    std::vector<float> logits;      // [sampled.size(), vocab]
+    std::vector<float> logits;      // [sampled.size(), vocab] in host memory, or empty and:
+    TensorView device_logits;       // the same rows in the backend's LogitsBuffer
+    // The sampled rows wherever they are.
+    TensorView Logits(int64_t vocab) {
+      return device_logits.data != nullptr
+                 ? device_logits
+                 : TensorView::F32(logits.data(), static_cast<int64_t>(sampled.size()), vocab);
+    }
     // Requests with spec.want_prompt_logits: the logits at the prompt positions computed in
     // this step that predict a prompt token (position p < num_prompt_tokens - 1; row i of a
     // PromptRows is the logits at position first_position + i, i.e. the distribution of the
