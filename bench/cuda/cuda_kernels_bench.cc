@@ -1,7 +1,7 @@
 // pagoda_cuda_bench: the CUDA backend's kernels on the device, timed, as ratios to ceilings
 // measured in the same run (run by scripts/gpu-check beside ../shared/tools/gpu_baselines.py).
 //
-//   pagoda_cuda_bench [--quick] [--model dummy:llama-3-8b] [--enforce-eager]
+//   pagoda_cuda_bench [--quick] [--gemm-only] [--model dummy:llama-3-8b] [--enforce-eager]
 //
 // Prints one line per measurement:
 //   copy      device-to-device copy of 2 GiB: GB/s counting bytes read + written (the decode
@@ -332,11 +332,12 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
 
 int main(int argc, char** argv) {
   using namespace pagoda;
-  bool quick = false, eager = false;
+  bool quick = false, eager = false, gemm_only = false;
   std::string model;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--enforce-eager") == 0) eager = true;
+    if (std::strcmp(argv[i], "--gemm-only") == 0) gemm_only = true;
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
   }
   try {
@@ -345,6 +346,7 @@ int main(int argc, char** argv) {
     const double copy = CopyBandwidth(gpu);
     std::printf("copy d2d 2 GiB  %7.0f GB/s\n", copy);
     BenchGemm(gpu, quick, copy);
+    if (gemm_only) return 0;
     BenchDecodeAttention(gpu, 128, 4096, copy);
     BenchDecodeAttention(gpu, 32, 4096, copy);
     BenchDecodeAttention(gpu, 1, 32768, copy);

@@ -308,8 +308,8 @@ void CudaBackend::ReserveScratch(int64_t max_tokens, int64_t max_logits) {
   UseDevice(s_->device);
   State& s = *s_;
   s.gemm_x.Get<uint16_t>(max_tokens * s.max_k_padded);
-  // Split-k partial sums exist for at most 64 rows (kernels/cuda/gemm.cu).
-  s.gemm_partial.Get<float>(std::min<int64_t>(max_tokens, 64) * s.max_partial_per_row);
+  // Split-k partial sums: planes of at most kGemmPartialMaxRows rows (kernels/cuda/gemm.h).
+  s.gemm_partial.Get<float>(std::min<int64_t>(max_tokens, cuda::kGemmPartialMaxRows) * s.max_partial_per_row);
   s.staging.Get<float>(max_logits * s.max_rows);
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -30,8 +31,7 @@ struct Args {
 // How a block runs the k chunks.
 enum class Mode {
   kSingle,   // one chunk: the block's sum is the result
-  kInBlock,  // the block walks every chunk, adding chunk sums in order (large m)
-  kPartial,  // block z sums chunk z into `partial`; ReduceChunks adds them in order (small m)
+  kPartial,  // block z sums chunk z into `partial`; ReduceChunks adds them in order
 };
 
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
@@ -42,58 +42,68 @@ struct Tile {
   static constexpr int MI = WTM / 16, NI = WTN / 8;
   static constexpr int kStageBytes = (BM + BN) * kBK * 2;
   static constexpr int kPipelineBytes = STAGES * kStageBytes;
-  // kInBlock keeps the running total of the chunk sums in shared memory after the pipeline
-  // (registers hold only the current chunk's accumulators): MI * NI * 4 floats per thread.
-  static constexpr int kTotalBytes = MI * NI * 4 * kThreads * 4;
   static_assert(MI >= 1 && NI >= 2 && NI % 2 == 0, "warp tile");
 };
 
 using SmallTile = Tile<16, 64, 1, 4, 4>;     // m <= 16 (decode)
 using MediumTile = Tile<64, 64, 2, 2, 4>;    // m <= 64
-using LargeTile = Tile<128, 128, 2, 4, 3>;   // prefill
 
-template <class T, Mode kMode>
-constexpr int SmemBytes() {
-  return T::kPipelineBytes + (kMode == Mode::kInBlock ? T::kTotalBytes : 0);
+// Copies k-tile [k0, k0 + 64) of the block's BM rows of x and BN rows of W into a stage: rows
+// of 128 bytes in the swizzled layout, rows past m or n zero-filled.
+template <int BM, int BN, int kThreads>
+__device__ __forceinline__ void LoadStage(const Args& a, uint8_t* stage, int m0, int n0, int k0, int tid) {
+  const uint32_t sa = SmemAddr(stage), sb = sa + BM * kBK * 2;
+#pragma unroll
+  for (int i = tid; i < BM * 8; i += kThreads) {
+    const int r = i >> 3, c = i & 7;
+    const bool ok = m0 + r < a.m;
+    CpAsync16(sa + Swizzle(r, c), a.xb + static_cast<int64_t>(ok ? m0 + r : 0) * a.kp + k0 + c * 8, ok);
+  }
+#pragma unroll
+  for (int i = tid; i < BN * 8; i += kThreads) {
+    const int r = i >> 3, c = i & 7;
+    const bool ok = n0 + r < a.n;
+    CpAsync16(sb + Swizzle(r, c), a.w + static_cast<int64_t>(ok ? n0 + r : 0) * a.kp + k0 + c * 8, ok);
+  }
+}
+
+// The block's k range: all of k, or chunk blockIdx.z (kPartial).
+template <Mode kMode>
+__device__ __forceinline__ void KRange(const Args& a, int* begin, int* end) {
+  *begin = 0;
+  *end = a.kp;
+  if constexpr (kMode == Mode::kPartial) {
+    *begin = blockIdx.z * a.chunk;
+    *end = min(a.kp, *begin + a.chunk);
+  }
+}
+
+// Output (row, col) of the block's sum: to its partial plane (kPartial) or y (+=).
+template <Mode kMode>
+__device__ __forceinline__ void StoreOutput(const Args& a, int row, int col, float v) {
+  if (row >= a.m || col >= a.n) return;
+  if constexpr (kMode == Mode::kPartial) {
+    a.partial[(static_cast<int64_t>(blockIdx.z) * a.m + row) * a.n + col] = v;
+  } else {
+    float* out = a.y + row * a.y_stride + col;
+    *out = a.accumulate ? __fadd_rn(*out, v) : v;
+  }
 }
 
 template <class T, Mode kMode>
-__global__ void __launch_bounds__(T::kThreads, kMode == Mode::kInBlock ? 1 : 2) GemmBf16Kernel(Args a) {
-  extern __shared__ __align__(128) uint8_t smem[];
+__global__ void __launch_bounds__(T::kThreads, 2) GemmBf16Kernel(Args a) {
+  extern __shared__ __align__(1024) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / T::WARPS_N, wn = warp % T::WARPS_N;
   const int m0 = blockIdx.y * T::BM, n0 = blockIdx.x * T::BN;
-  int k_begin = 0, k_end = a.kp;
-  if constexpr (kMode == Mode::kPartial) {
-    k_begin = blockIdx.z * a.chunk;
-    k_end = min(a.kp, k_begin + a.chunk);
-  }
+  int k_begin, k_end;
+  KRange<kMode>(a, &k_begin, &k_end);
   const int num_tiles = (k_end - k_begin) / kBK;
-  const int tiles_per_chunk = a.chunk / kBK;
-
   auto load_tile = [&](int stage, int t) {
-    const int k0 = k_begin + t * kBK;
-    uint8_t* sa = smem + stage * T::kStageBytes;
-    uint8_t* sb = sa + T::BM * kBK * 2;
-#pragma unroll
-    for (int i = tid; i < T::BM * 8; i += T::kThreads) {
-      const int r = i >> 3, c = i & 7;
-      const bool ok = m0 + r < a.m;
-      const uint16_t* src = a.xb + static_cast<int64_t>(ok ? m0 + r : 0) * a.kp + k0 + c * 8;
-      CpAsync16(SmemAddr(sa) + Swizzle(r, c), src, ok);
-    }
-#pragma unroll
-    for (int i = tid; i < T::BN * 8; i += T::kThreads) {
-      const int r = i >> 3, c = i & 7;
-      const bool ok = n0 + r < a.n;
-      const uint16_t* src = a.w + static_cast<int64_t>(ok ? n0 + r : 0) * a.kp + k0 + c * 8;
-      CpAsync16(SmemAddr(sb) + Swizzle(r, c), src, ok);
-    }
+    LoadStage<T::BM, T::BN, T::kThreads>(a, smem + stage * T::kStageBytes, m0, n0, k_begin + t * kBK, tid);
   };
 
   float acc[T::MI][T::NI][4];
-  // kInBlock: element (i, j, e) of this thread's total at total_s[((i * NI + j) * 4 + e) * kThreads + tid].
-  float* total_s = reinterpret_cast<float*>(smem + T::kPipelineBytes);
 #pragma unroll
   for (int i = 0; i < T::MI; ++i)
 #pragma unroll
@@ -136,22 +146,6 @@ __global__ void __launch_bounds__(T::kThreads, kMode == Mode::kInBlock ? 1 : 2) 
 #pragma unroll
         for (int j = 0; j < T::NI; ++j) Mma<__nv_bfloat16>(acc[i][j], af[i], bfr[j]);
     }
-    if constexpr (kMode == Mode::kInBlock) {
-      // End of a chunk: fold its sum into the total in chunk order, restart from zero.
-      if ((t + 1) % tiles_per_chunk == 0 || t + 1 == num_tiles) {
-        const bool first = t + 1 <= tiles_per_chunk;
-#pragma unroll
-        for (int i = 0; i < T::MI; ++i)
-#pragma unroll
-          for (int j = 0; j < T::NI; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float& total = total_s[((i * T::NI + j) * 4 + e) * T::kThreads + tid];
-              total = first ? acc[i][j][e] : __fadd_rn(total, acc[i][j][e]);
-              acc[i][j][e] = 0.0f;
-            }
-      }
-    }
   }
   CpAsyncWait<0>();
 
@@ -164,20 +158,82 @@ __global__ void __launch_bounds__(T::kThreads, kMode == Mode::kInBlock ? 1 : 2) 
       for (int e = 0; e < 4; ++e) {
         const int row = m0 + wm * T::WTM + i * 16 + (lane >> 2) + (e >> 1) * 8;
         const int col = n0 + wn * T::WTN + j * 8 + (lane & 3) * 2 + (e & 1);
-        if (row >= a.m || col >= a.n) continue;
-        float v;
-        if constexpr (kMode == Mode::kInBlock) {
-          v = total_s[((i * T::NI + j) * 4 + e) * T::kThreads + tid];
-        } else {
-          v = acc[i][j][e];
-        }
-        if constexpr (kMode == Mode::kPartial) {
-          a.partial[(static_cast<int64_t>(blockIdx.z) * a.m + row) * a.n + col] = v;
-        } else {
-          float* out = a.y + row * a.y_stride + col;
-          *out = a.accumulate ? __fadd_rn(*out, v) : v;
-        }
+        StoreOutput<kMode>(a, row, col, acc[i][j][e]);
       }
+    }
+  }
+}
+
+// ---- Hopper: warpgroup products (wgmma) ----
+//
+// The same stages, chunk modes and epilogue as GemmBf16Kernel; each warpgroup multiplies its 64
+// rows of the tile by the BN columns with wgmma m64nBNk16 straight from the swizzled stages (no
+// fragments through registers), and tile t's products run while tile t + 1 lands. Every chunk
+// starts from zeroed accumulators and adds its k-steps of 16 in order: the mma.sync kernel's
+// sums, bit for bit (tested: rows of 1..64-row products, mma.sync, equal the same rows of a
+// 300-row one, wgmma).
+template <int WG_, int BN_, int STAGES_>
+struct WgTile {
+  static constexpr int WG = WG_, BM = 64 * WG_, BN = BN_, STAGES = STAGES_;
+  static constexpr int kThreads = 128 * WG;
+  static constexpr int kStageBytes = (BM + BN) * kBK * 2;
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
+  static constexpr int kAcc = BN / 2;  // f32 accumulators per thread
+};
+
+using WgTile128x256 = WgTile<2, 256, 4>;  // m > 64
+
+template <class T, Mode kMode>
+__global__ void __launch_bounds__(T::kThreads, 1) GemmWgmmaKernel(Args a) {
+  extern __shared__ __align__(1024) uint8_t dynamic_smem[];
+  // The 128-byte swizzle repeats every 1024 bytes: stages start at a multiple of it.
+  uint8_t* smem = dynamic_smem + ((1024 - (SmemAddr(dynamic_smem) & 1023)) & 1023);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = tid >> 7;
+  const int m0 = blockIdx.y * T::BM, n0 = blockIdx.x * T::BN;
+  int k_begin, k_end;
+  KRange<kMode>(a, &k_begin, &k_end);
+  const int num_tiles = (k_end - k_begin) / kBK;
+  auto load_tile = [&](int stage, int t) {
+    LoadStage<T::BM, T::BN, T::kThreads>(a, smem + stage * T::kStageBytes, m0, n0, k_begin + t * kBK, tid);
+  };
+
+  float acc[T::kAcc];
+#pragma unroll
+  for (int i = 0; i < T::kAcc; ++i) acc[i] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < T::STAGES - 1; ++s) {
+    if (s < num_tiles) load_tile(s, s);
+    CpAsyncCommit();
+  }
+  for (int t = 0; t < num_tiles; ++t) {
+    CpAsyncWait<T::STAGES - 2>();
+    FenceProxyAsyncShared();
+    __syncthreads();
+    const uint32_t stage = SmemAddr(smem + (t % T::STAGES) * T::kStageBytes);
+    const uint32_t sa = stage + wg * 64 * kBK * 2, sb = stage + T::BM * kBK * 2;
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      Wgmma<T::BN>(acc, SwizzledTileDescriptor(sa + kk * 32), SwizzledTileDescriptor(sb + kk * 32), 1);
+    }
+    WgmmaCommit();
+    WgmmaWait<1>();  // tile t - 1's products are done in this warpgroup ...
+    __syncthreads();  // ... and in the other: its stage may be refilled
+    const int next = t + T::STAGES - 1;
+    if (next < num_tiles) load_tile(next % T::STAGES, next);
+    CpAsyncCommit();
+  }
+  WgmmaWait<0>();
+  CpAsyncWait<0>();
+
+  // Warp w of warpgroup g holds rows 64g + 16(w % 4) + lane / 4 (+8), columns 8j + 2(lane % 4) (+1).
+#pragma unroll
+  for (int j = 0; j < T::BN / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = m0 + wg * 64 + (warp & 3) * 16 + (lane >> 2) + (e >> 1) * 8;
+      const int col = n0 + j * 8 + (lane & 3) * 2 + (e & 1);
+      StoreOutput<kMode>(a, row, col, acc[4 * j + e]);
     }
   }
 }
@@ -206,28 +262,38 @@ template <class T, Mode kMode>
 void Launch(const Args& a, int splits, cudaStream_t stream) {
   static bool configured = false;  // one attribute call per instantiation
   if (!configured) {
-    PAGODA_CUDA_CHECK(cudaFuncSetAttribute(GemmBf16Kernel<T, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           SmemBytes<T, kMode>()));
+    PAGODA_CUDA_CHECK(
+        cudaFuncSetAttribute(GemmBf16Kernel<T, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kPipelineBytes));
     configured = true;
   }
   const dim3 grid((a.n + T::BN - 1) / T::BN, (a.m + T::BM - 1) / T::BM, kMode == Mode::kPartial ? splits : 1);
-  GemmBf16Kernel<T, kMode><<<grid, T::kThreads, SmemBytes<T, kMode>(), stream>>>(a);
+  GemmBf16Kernel<T, kMode><<<grid, T::kThreads, T::kPipelineBytes, stream>>>(a);
   PAGODA_CUDA_CHECK_LAUNCH("GemmBf16Kernel");
 }
 
+template <class T, Mode kMode>
+void LaunchWgmma(const Args& a, int splits, cudaStream_t stream) {
+  static bool configured = false;
+  if (!configured) {
+    PAGODA_CUDA_CHECK(
+        cudaFuncSetAttribute(GemmWgmmaKernel<T, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+    configured = true;
+  }
+  const dim3 grid((a.n + T::BN - 1) / T::BN, (a.m + T::BM - 1) / T::BM, kMode == Mode::kPartial ? splits : 1);
+  GemmWgmmaKernel<T, kMode><<<grid, T::kThreads, T::kSmemBytes, stream>>>(a);
+  PAGODA_CUDA_CHECK_LAUNCH("GemmWgmmaKernel");
+}
+
 template <class T>
-void LaunchFor(const Args& a, int splits, bool partial, cudaStream_t stream) {
+void LaunchFor(const Args& a, int splits, cudaStream_t stream) {
   if (splits == 1) {
     Launch<T, Mode::kSingle>(a, 1, stream);
-  } else if (partial) {
-    Launch<T, Mode::kPartial>(a, splits, stream);
   } else {
-    Launch<T, Mode::kInBlock>(a, splits, stream);
+    Launch<T, Mode::kPartial>(a, splits, stream);
   }
 }
 
-// Small m streams the weight: chunks go to separate blocks when the tiles alone are few.
-constexpr int64_t kPartialMaxRows = 64;
+constexpr int64_t kPartialMaxRows = kGemmPartialMaxRows;
 
 // f32 weights: a 64 x 64 output tile per block, 4 x 4 outputs per thread, k in order.
 __global__ void __launch_bounds__(256) GemmF32Kernel(const float* x, int64_t x_stride, int m, const float* w, int n,
@@ -289,7 +355,7 @@ GemmSplits GemmSplitsFor(int64_t n, int64_t k_padded) {
 }
 
 int64_t GemmBf16PartialFloats(int64_t m, int64_t n, const GemmSplits& s) {
-  return (s.splits > 1 && m <= kPartialMaxRows) ? s.splits * m * n : 0;
+  return s.splits > 1 ? s.splits * std::min(m, kPartialMaxRows) * n : 0;
 }
 
 void ConvertToBf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, int64_t cols_padded, uint16_t* out,
@@ -319,20 +385,30 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
   a.accumulate = p.accumulate;
   a.partial = p.partial;
   const int splits = p.splits.splits;
-  const bool partial = splits > 1 && p.m <= kPartialMaxRows;
-  PAGODA_CHECK(!partial || p.partial != nullptr) << "GemmBf16: no scratch for the partial sums";
-  if (p.m <= SmallTile::BM) {
-    LaunchFor<SmallTile>(a, splits, partial, stream);
-  } else if (p.m <= MediumTile::BM) {
-    LaunchFor<MediumTile>(a, splits, partial, stream);
-  } else {
-    LaunchFor<LargeTile>(a, splits, partial, stream);
-  }
-  if (partial) {
-    const int64_t total = p.m * p.n;
-    ReduceChunksKernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
-        p.partial, splits, a.m, a.n, p.y, p.y_stride, p.accumulate);
-    PAGODA_CUDA_CHECK_LAUNCH("ReduceChunksKernel");
+  PAGODA_CHECK(splits == 1 || p.partial != nullptr) << "GemmBf16: no scratch for the partial sums";
+  // Several chunks: slabs of at most kPartialMaxRows rows, each chunk's sums into its partial
+  // plane, then ReduceChunks adds the planes in chunk order.
+  for (int64_t r0 = 0; r0 < p.m; r0 += splits == 1 ? p.m : kPartialMaxRows) {
+    const int64_t rows = splits == 1 ? p.m : std::min(kPartialMaxRows, p.m - r0);
+    Args s = a;
+    s.xb = a.xb + r0 * a.kp;
+    s.m = static_cast<int>(rows);
+    s.y = a.y + r0 * a.y_stride;
+    if (rows <= SmallTile::BM) {
+      LaunchFor<SmallTile>(s, splits, stream);
+    } else if (rows <= MediumTile::BM) {
+      LaunchFor<MediumTile>(s, splits, stream);
+    } else if (splits == 1) {
+      LaunchWgmma<WgTile128x256, Mode::kSingle>(s, 1, stream);
+    } else {
+      LaunchWgmma<WgTile128x256, Mode::kPartial>(s, splits, stream);
+    }
+    if (splits > 1) {
+      const int64_t total = rows * p.n;
+      ReduceChunksKernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
+          p.partial, splits, s.m, s.n, s.y, p.y_stride, p.accumulate);
+      PAGODA_CUDA_CHECK_LAUNCH("ReduceChunksKernel");
+    }
   }
 }
 

@@ -4,19 +4,22 @@
 //   accumulate = true adds the product to y (the kAddTo epilogue).
 //
 // Two weight types:
-//   - bf16 W (every bf16/f16/quantized model): tensor cores (mma.sync m16n8k16, bf16 operands,
-//     f32 accumulation). x is rounded to bf16 first (GemmBf16's scratch `xb`, zero-padded to
-//     the weight's padded k). W is stored with k padded to a multiple of 64 (zeros).
+//   - bf16 W (every bf16/f16/quantized model): tensor cores with bf16 operands and f32
+//     accumulation. x is rounded to bf16 first (GemmBf16's scratch `xb`, zero-padded to the
+//     weight's padded k). W is stored with k padded to a multiple of 64 (zeros). Up to 64 rows:
+//     mma.sync m16n8k16 kernels (16 x 64 or 64 x 64 tiles, the weight streamed through every
+//     SM); more rows: Hopper wgmma m64n256k16 kernels, 128 x 256 tiles.
 //   - f32 W (f32 models): CUDA cores, f32 products and sums in k order (no TF32).
 //
 // Why the bits do not depend on m: every output element is summed in one fixed order that only
 // (n, k) decide. The k axis is cut into `splits` chunks of `chunk` values (chosen per weight
 // from n and k alone, GemmSplitsFor); inside a chunk the products are added k-tile by k-tile
-// (64 wide, four mma k-steps in order) into a zero-started accumulator; the chunk sums are then
-// added in chunk order (total = c0 + c1 + c2 ...), and last to y when accumulating. Kernels with
-// different tiles (chosen by m) and the two ways of running the chunks (one block walking all of
-// them for large m; one block per chunk plus an ordered reduction for small m, to feed every SM
-// at decode) all follow that order, so they agree bit for bit.
+// (64 wide, four k-steps of 16 in order) into a zero-started accumulator; the chunk sums are
+// then added in chunk order by ReduceChunks (total = c0 + c1 + c2 ...), and last to y when
+// accumulating. One block per (tile, chunk) writes the chunk's partial sums (rows in slabs of
+// kGemmPartialMaxRows). mma.sync and wgmma give the same sums for the same k-steps (tested), and
+// the tile sizes chosen by m only decide which block computes an output, so every kernel agrees
+// bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,6 +29,8 @@
 namespace pagoda::cuda {
 
 inline constexpr int64_t kGemmKTile = 64;
+// Rows of one pass of a product of several chunks (the partial planes' height).
+inline constexpr int64_t kGemmPartialMaxRows = 512;
 
 // The k chunks for a weight [n, k]: more chunks for few output tiles (decode streams the
 // weight through every SM), one for wide weights. A function of (n, k) only.
@@ -48,8 +53,8 @@ struct GemmBf16Params {
   float* y = nullptr;
   int64_t y_stride = 0;
   bool accumulate = false;
-  // Scratch the caller owns (device): xb [m, k_padded] bf16; partial [splits, m, n] f32 when
-  // splits > 1 and m is small (GemmBf16PartialFloats says how many floats).
+  // Scratch the caller owns (device): xb [m, k_padded] bf16; partial [splits, min(m,
+  // kGemmPartialMaxRows), n] f32 when splits > 1 (GemmBf16PartialFloats says how many floats).
   uint16_t* xb = nullptr;
   float* partial = nullptr;
 };
