@@ -364,7 +364,8 @@ void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
 
   // A decode step (one token and one logits row per sequence) may run as a graph.
   const bool decode = n > 0 && step.num_seqs() == n && step.num_logits() == n;
-  s.stream = s.graphs->Begin(n, &cache, decode && !s.has_moe);
+  // The attention's split grid grows with the context: a graph per depth (a few powers of two).
+  s.stream = s.graphs->Begin(n, &cache, decode && !s.has_moe, cuda::FlashSplitDepth(s.max_keys));
 }
 
 void CudaBackend::Embedding(const Weight& table, const TensorView& out) {
@@ -556,9 +557,9 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
   p.block_tables = s_->token_tables.Get<const int32_t*>(0);
   p.scale = a.scale;
   p.sliding_window = a.sliding_window;
-  // A captured graph serves later steps with longer contexts: its grid covers every split.
-  const int64_t keys = s_->graphs->capturing() ? int64_t{1} << 40 : s_->max_keys;
   if (cuda::FlashAttentionSupports(p)) {
+    // A captured graph serves the later steps of its split depth (StepGraphs' shape).
+    const int64_t keys = s_->max_keys;
     State& s = *s_;
     const cuda::FlashShape shape = cuda::ChooseFlashShape(q.rows, s.step->num_seqs());
     const cuda::FlashWorkItem* items = nullptr;
@@ -577,6 +578,8 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
     cuda::FlashAttention(p, shape, keys, items, s.num_flash_items, scratch, s.stream);
     return;
   }
+  // The grouped kernel's captured grid covers every split: it serves any later context.
+  const int64_t keys = s_->graphs->capturing() ? int64_t{1} << 40 : s_->max_keys;
   float* scratch = s_->attention_partial.Get<float>(cuda::PagedAttentionScratchFloats(q.rows, a.num_heads, a.head_dim));
   cuda::PagedAttention(p, keys, scratch, s_->stream);
 }

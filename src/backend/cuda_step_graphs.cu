@@ -44,15 +44,15 @@ void StepGraphs::AbandonStaleCapture() {
   phase_ = Phase::kEager;  // a replay that threw before its logits ends here too
 }
 
-cudaStream_t StepGraphs::Begin(int64_t batch, const KVCache* cache, bool graphable) {
+cudaStream_t StepGraphs::Begin(int64_t batch, const KVCache* cache, bool graphable, int64_t shape) {
   phase_ = Phase::kEager;
   current_ = nullptr;
   if (!enabled_ || !graphable) return nullptr;
   for (Graph& g : graphs_) {
-    if (g.batch == batch && g.cache == cache) current_ = &g;
+    if (g.batch == batch && g.cache == cache && g.shape == shape) current_ = &g;
   }
   if (current_ == nullptr) {  // first step of this size: eager, sizing the scratch
-    graphs_.push_back({batch, cache, nullptr});
+    graphs_.push_back({batch, cache, shape, nullptr});
     return nullptr;
   }
   // The uploads went through the legacy stream; the graph stream waits for them.

@@ -1,4 +1,5 @@
-// StepGraphs: the CUDA backend's decode steps as CUDA graphs, one per (batch size, KV cache).
+// StepGraphs: the CUDA backend's decode steps as CUDA graphs, one per (batch size, KV cache,
+// attention split depth).
 // The first decode step of a size runs eagerly (it sizes every scratch buffer), the second is
 // captured on graph_stream and launched, later ones replay it. Every kernel reads the step
 // from the same device buffers, so a replay sees the new step once BeginStep has uploaded it.
@@ -35,8 +36,9 @@ class StepGraphs {
   // never reached its logits) is ended and thrown away with every graph.
   void AbandonStaleCapture();
   // BeginStep, after the uploads on the legacy stream: this step's phase. `graphable`: a decode
-  // step whose ops never wait on the host. Returns the stream the step's ops launch on.
-  cudaStream_t Begin(int64_t batch, const KVCache* cache, bool graphable);
+  // step whose ops never wait on the host; `shape`: what else decides the launches' grids (the
+  // attention's split depth), a graph per value. Returns the stream the step's ops launch on.
+  cudaStream_t Begin(int64_t batch, const KVCache* cache, bool graphable, int64_t shape = 0);
   Phase phase() const { return phase_; }
   bool replaying() const { return phase_ == Phase::kReplaying; }
   bool capturing() const { return phase_ == Phase::kCapturing; }
@@ -50,6 +52,7 @@ class StepGraphs {
   struct Graph {
     int64_t batch = 0;
     const KVCache* cache = nullptr;  // a cache belongs to one model: its workspace, its weights
+    int64_t shape = 0;
     cudaGraphExec_t exec = nullptr;
   };
   bool enabled_ = false;

@@ -476,8 +476,7 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
   const unsigned kv = static_cast<unsigned>(p.num_kv_heads);
   switch (shape) {
     case FlashShape::kSplit: {
-      // Segments of a token with at most max_keys keys (+1: a window may straddle one more).
-      const int64_t depth = std::min<int64_t>(kFlashMaxSegments, std::max<int64_t>(max_keys - 1, 0) / kSegmentUnit + 2);
+      const int depth = FlashSplitDepth(max_keys);
       a.tokens_per_warp = 1;
       LaunchKernel<T, HD, 1, true>(a, dim3(static_cast<unsigned>(p.num_tokens), kv, static_cast<unsigned>(depth)),
                                    stream);
@@ -511,6 +510,14 @@ bool FlashAttentionSupports(const PagedAttentionParams& p) {
 
 int64_t FlashAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim) {
   return std::min(num_tokens, kFlashSplitMaxTokens) * num_heads * kFlashMaxSegments * (head_dim + 2);
+}
+
+int FlashSplitDepth(int64_t max_keys) {
+  // Segments of 256 keys (+1: a window may straddle one more), rounded up to a power of two.
+  const int64_t need = std::min<int64_t>(kFlashMaxSegments, std::max<int64_t>(max_keys - 1, 0) / kSegmentUnit + 2);
+  int depth = 1;
+  while (depth < need) depth *= 2;
+  return std::min(depth, kFlashMaxSegments);
 }
 
 int64_t FlashTokensPerItem(int64_t group) { return kWideWarps * (16 / std::max<int64_t>(group, 1)); }

@@ -13,7 +13,7 @@
 //   - Keys are walked in tiles of 64 at absolute positions [64j, 64j + 64); keys outside a
 //     row's window are masked to -inf, which leaves its softmax state unchanged bit for bit.
 //   - A row's keys are cut into segments at absolute multiples of FlashSegmentKeys(first, pos)
-//     (256 keys doubled until at most 16 segments cover the row); each segment's state (m, l,
+//     (256 keys doubled until at most 32 segments cover the row); each segment's state (m, l,
 //     O) is merged into the result in segment order with explicit roundings.
 // Three launch shapes do those same operations:
 //   split   (<= kFlashSplitMaxTokens tokens: decode) one warp per (token, KV head, segment),
@@ -45,7 +45,7 @@ bool FlashAttentionSupports(const PagedAttentionParams& p);
 
 // Steps of at most this many tokens run split; scratch holds their partial states.
 constexpr int64_t kFlashSplitMaxTokens = 128;
-constexpr int kFlashMaxSegments = 16;
+constexpr int kFlashMaxSegments = 32;
 int64_t FlashAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim);
 
 // Keys per segment for a row attending to [first, pos].
@@ -54,6 +54,11 @@ __host__ __device__ inline int64_t FlashSegmentKeys(int64_t first, int64_t pos) 
   while (pos / seg - first / seg + 1 > kFlashMaxSegments) seg *= 2;
   return seg;
 }
+
+// The split shape's grid depth for a step whose tokens attend to at most `max_keys` keys: a power
+// of two (few distinct values: a decode graph is captured per depth) covering every token's
+// segments, at most kFlashMaxSegments.
+int FlashSplitDepth(int64_t max_keys);
 
 // Tokens per wide work item for `group` query heads per KV head.
 int64_t FlashTokensPerItem(int64_t group);
@@ -65,7 +70,7 @@ enum class FlashShape { kSplit, kNarrow, kWide };
 // The launch shape for a step of `num_tokens` tokens in `num_seqs` sequences.
 FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs);
 
-// `max_keys`: the most keys a token of the step attends to (the split grid's depth); `items`:
+// `max_keys`: the most keys a token of the step attends to (FlashSplitDepth); `items`:
 // the wide shape's work items in device memory (FlashWorkItems), unused by the others.
 void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
                     int64_t num_items, float* scratch, cudaStream_t stream);
