@@ -258,30 +258,32 @@ __global__ void ConvertToBf16Kernel(const float* x, int64_t x_stride, int rows, 
   out[i] = __float2bfloat16_rn(c < cols ? x[r * x_stride + c] : 0.0f);
 }
 
+// One launch over T's tiles (and chunks, kPartial): the wgmma kernel for WgTile shapes, the
+// mma.sync one otherwise; each instantiation sets its shared-memory limit once.
 template <class T, Mode kMode>
 void Launch(const Args& a, int splits, cudaStream_t stream) {
-  static bool configured = false;  // one attribute call per instantiation
-  if (!configured) {
-    PAGODA_CUDA_CHECK(
-        cudaFuncSetAttribute(GemmBf16Kernel<T, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kPipelineBytes));
-    configured = true;
+  constexpr bool kWgmma = requires { T::WG; };
+  void (*kernel)(Args) = nullptr;
+  int smem = 0;
+  if constexpr (kWgmma) {
+    kernel = GemmWgmmaKernel<T, kMode>;
+    smem = T::kSmemBytes;
+  } else {
+    kernel = GemmBf16Kernel<T, kMode>;
+    smem = T::kPipelineBytes;
   }
-  const dim3 grid((a.n + T::BN - 1) / T::BN, (a.m + T::BM - 1) / T::BM, kMode == Mode::kPartial ? splits : 1);
-  GemmBf16Kernel<T, kMode><<<grid, T::kThreads, T::kPipelineBytes, stream>>>(a);
-  PAGODA_CUDA_CHECK_LAUNCH("GemmBf16Kernel");
-}
-
-template <class T, Mode kMode>
-void LaunchWgmma(const Args& a, int splits, cudaStream_t stream) {
   static bool configured = false;
   if (!configured) {
-    PAGODA_CUDA_CHECK(
-        cudaFuncSetAttribute(GemmWgmmaKernel<T, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+    PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     configured = true;
   }
   const dim3 grid((a.n + T::BN - 1) / T::BN, (a.m + T::BM - 1) / T::BM, kMode == Mode::kPartial ? splits : 1);
-  GemmWgmmaKernel<T, kMode><<<grid, T::kThreads, T::kSmemBytes, stream>>>(a);
-  PAGODA_CUDA_CHECK_LAUNCH("GemmWgmmaKernel");
+  kernel<<<grid, T::kThreads, smem, stream>>>(a);
+  if constexpr (kWgmma) {
+    PAGODA_CUDA_CHECK_LAUNCH("GemmWgmmaKernel");
+  } else {
+    PAGODA_CUDA_CHECK_LAUNCH("GemmBf16Kernel");
+  }
 }
 
 template <class T>
@@ -398,10 +400,8 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
       LaunchFor<SmallTile>(s, splits, stream);
     } else if (rows <= MediumTile::BM) {
       LaunchFor<MediumTile>(s, splits, stream);
-    } else if (splits == 1) {
-      LaunchWgmma<WgTile128x256, Mode::kSingle>(s, 1, stream);
     } else {
-      LaunchWgmma<WgTile128x256, Mode::kPartial>(s, splits, stream);
+      LaunchFor<WgTile128x256>(s, splits, stream);
     }
     if (splits > 1) {
       const int64_t total = rows * p.n;
