@@ -19,13 +19,16 @@ FIXTURES = Path(os.environ.get("PAGODA_FIXTURES", REPO.parent / "shared" / "fixt
 STORIES = FIXTURES / "models" / "stories260K"
 CHAT_TEMPLATE = REPO / "tests" / "data" / "e2e_chatml_chat_template.jinja"
 STARTUP_TIMEOUT_S = 180
+# Arguments added to every `pagoda serve` (scripts/gpu-check: "--device cuda").
+EXTRA_SERVE_ARGS = os.environ.get("PAGODA_E2E_SERVE_ARGS", "").split()
 
 
 class Server:
     def __init__(self, args, log_path):
         self.log_path = log_path
         self.log = open(log_path, "w+b")
-        cmd = [str(BINARY), "serve", "--host", "127.0.0.1", "--port", "0", "--stats-interval", "1", *args]
+        cmd = [str(BINARY), "serve", "--host", "127.0.0.1", "--port", "0", "--stats-interval", "1", *args,
+               *EXTRA_SERVE_ARGS]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         self.port = None
