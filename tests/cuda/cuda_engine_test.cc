@@ -1,7 +1,8 @@
 // The continuous-batching engine on the GPU (qwen2-bias: bf16 weights on tensor cores, GQA
-// attention through the grouped kernel, bf16 KV, decode steps replayed from CUDA graphs):
-// a request's greedy tokens do not depend on the batch (64 at once = alone), on prefix-cache
-// hits, on chunked prefill or block size, or on preemption under a tiny cache.
+// attention on tensor cores, bf16 KV, decode steps replayed from CUDA graphs, greedy tokens
+// chosen on the device): a request's greedy tokens do not depend on the batch (64 at once =
+// alone), on prefix-cache hits, on chunked prefill or block size, or on preemption under a tiny
+// cache. And stories260K (f32) batched and forked.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -111,6 +112,44 @@ TEST_F(CudaEngineTest, PreemptionUnderATinyCacheLosesNothing) {
   for (const auto& [id, ids] : out) {
     EXPECT_EQ(ids, Alone(specs[i].prompt, 60)) << "request " << id;
     ++i;
+  }
+}
+
+// stories260K (f32 weights and KV, head dim 8: the f32 GEMM and the plain attention kernel,
+// which the tests above never batch): 16 concurrent requests and a greedy n = 2 request (its
+// second sample forked onto the prompt's blocks, copy-on-write) give the tokens each gets alone.
+TEST(CudaEngineF32Test, ConcurrentAndForkedRequestsGetTheirAloneOutputs) {
+  CudaBackend* gpu = testing::Gpu();
+  ASSERT_NE(gpu, nullptr) << "no CUDA device (see above)";
+  LoadOptions options;
+  options.backend = gpu;
+  auto model = LoadModel(testing::Fixture("models/stories260K/stories260K.bin"), options);
+  std::vector<RequestSpec> specs;
+  for (int i = 0; i < 16; ++i) {
+    RequestSpec s;
+    s.prompt = {1};
+    for (int j = 0; j < 3 + i % 7; ++j) s.prompt.push_back(static_cast<int32_t>(3 + (i * 37 + j * 11) % 500));
+    s.sampling.temperature = 0;
+    s.max_tokens = 24;
+    s.ignore_eos = true;
+    specs.push_back(s);
+  }
+  RequestSpec forked = specs[0];
+  forked.n = 2;
+  specs.push_back(forked);
+  gpu->EnableStepGraphs(true);
+  Engine e(*model, nullptr, testing::SmallEngineConfig(512, 16, true, 4096, KVCacheDType::kF32));
+  const auto out = testing::RunEngine(e, specs);
+  gpu->EnableStepGraphs(false);
+  ASSERT_EQ(out.size(), specs.size() + 1);  // the n = 2 request's two samples
+  auto it = out.begin();
+  for (size_t i = 0; i < specs.size(); ++i, ++it) {
+    const auto want = testing::GreedyAlone(*model, specs[i].prompt, 24, DType::kF32, 256);
+    EXPECT_EQ(it->second, want) << "request " << it->first;
+    if (specs[i].n == 2) {
+      ++it;
+      EXPECT_EQ(it->second, want) << "the forked sample " << it->first;
+    }
   }
 }
 
