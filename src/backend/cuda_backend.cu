@@ -734,44 +734,43 @@ void CudaBackend::Sample(const TensorView& logits, std::span<SampleRow> rows) {
     PAGODA_CHECK(dynamic_cast<const CudaSamplerState*>(r.state) != nullptr)
         << "Sample: a sampler state the CUDA backend did not make";
   }
-  // The CPU sampler for the rows in `which` (host rows: the view itself; device rows: copies).
-  auto on_cpu = [&](const std::vector<size_t>& which, bool on_device) {
-    if (which.empty()) return;
-    std::vector<float> host(which.size() * logits.cols);
-    std::vector<SampleRow> cpu_rows;
-    for (size_t j = 0; j < which.size(); ++j) {
-      const size_t i = which[j];
-      if (on_device) {
-        PAGODA_CUDA_CHECK(cudaMemcpy(host.data() + j * logits.cols, logits.f32() + i * logits.row_stride,
-                                     logits.cols * sizeof(float), cudaMemcpyDeviceToHost));
-      } else {
-        std::copy_n(logits.f32() + i * logits.row_stride, logits.cols, host.data() + j * logits.cols);
-      }
-      SampleRow r = rows[i];
-      r.state = static_cast<CudaSamplerState*>(rows[i].state)->cpu.get();
-      cpu_rows.push_back(r);
-    }
-    DefaultCpuBackend().Sample(TensorView::F32(host.data(), static_cast<int64_t>(which.size()), logits.cols), cpu_rows);
-    for (size_t j = 0; j < which.size(); ++j) rows[which[j]].token = cpu_rows[j].token;
-  };
-  std::vector<size_t> all(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) all[i] = i;
-  if (logits.device != Device::kCuda || !IsDevicePointer(logits.data)) {
-    on_cpu(all, false);
+  // The CPU sampler's view of the rows: its own states.
+  std::vector<SampleRow> cpu_rows(rows.begin(), rows.end());
+  for (SampleRow& r : cpu_rows) r.state = static_cast<CudaSamplerState*>(r.state)->cpu.get();
+  std::vector<float> copy;
+  if (logits.device != Device::kCuda || !IsDevicePointer(logits.data)) {  // host rows: sampled in place
+    DefaultCpuBackend().Sample(HostRows(logits, &copy), cpu_rows);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i].token = cpu_rows[i].token;
     return;
   }
   UseDevice(s_->device);
-  std::vector<size_t> greedy, other;
-  for (size_t i = 0; i < rows.size(); ++i) (DeviceGreedy(rows[i]) ? greedy : other).push_back(i);
-  if (!greedy.empty()) {
-    // Arg max of every row (one launch), then only the greedy rows' ids are used.
+  std::vector<size_t> other;  // rows the CPU sampler takes, in order
+  bool any_greedy = false;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (DeviceGreedy(rows[i])) {
+      any_greedy = true;
+    } else {
+      other.push_back(i);
+    }
+  }
+  if (any_greedy) {
+    // Arg max of every row (one launch); only the greedy rows' ids are used.
     int32_t* ids = s_->sampled_ids.Get<int32_t>(logits.rows);
     cuda::ArgMaxRows(logits.f32(), logits.row_stride, logits.rows, logits.cols, ids, nullptr);
     std::vector<int32_t> host(static_cast<size_t>(logits.rows));
     PAGODA_CUDA_CHECK(cudaMemcpy(host.data(), ids, host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost));
-    for (size_t i : greedy) rows[i].token = host[i];
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (DeviceGreedy(rows[i])) rows[i].token = host[i];
+    }
   }
-  on_cpu(other, true);
+  if (other.empty()) return;
+  // The other rows to the host in one copy (the span from the first to the last of them).
+  const size_t lo = other.front();
+  const TensorView span = HostRows(logits.RowRange(static_cast<int64_t>(lo), static_cast<int64_t>(other.back() - lo + 1)), &copy);
+  for (size_t i : other) {
+    DefaultCpuBackend().Sample(span.RowRange(static_cast<int64_t>(i - lo), 1), std::span<SampleRow>(&cpu_rows[i], 1));
+    rows[i].token = cpu_rows[i].token;
+  }
 }
 
 void CudaBackend::Logprobs(const TensorView& logits, std::span<const int32_t> tokens, int64_t k,
