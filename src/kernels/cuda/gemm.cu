@@ -295,8 +295,6 @@ void LaunchFor(const Args& a, int splits, cudaStream_t stream) {
   }
 }
 
-constexpr int64_t kPartialMaxRows = kGemmPartialMaxRows;
-
 // f32 weights: a 64 x 64 output tile per block, 4 x 4 outputs per thread, k in order.
 __global__ void __launch_bounds__(256) GemmF32Kernel(const float* x, int64_t x_stride, int m, const float* w, int n,
                                                      int k, float* y, int64_t y_stride, bool accumulate) {
@@ -357,7 +355,7 @@ GemmSplits GemmSplitsFor(int64_t n, int64_t k_padded) {
 }
 
 int64_t GemmBf16PartialFloats(int64_t m, int64_t n, const GemmSplits& s) {
-  return s.splits > 1 ? s.splits * std::min(m, kPartialMaxRows) * n : 0;
+  return s.splits > 1 ? s.splits * std::min(m, kGemmPartialMaxRows) * n : 0;
 }
 
 void ConvertToBf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, int64_t cols_padded, uint16_t* out,
@@ -388,10 +386,10 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
   a.partial = p.partial;
   const int splits = p.splits.splits;
   PAGODA_CHECK(splits == 1 || p.partial != nullptr) << "GemmBf16: no scratch for the partial sums";
-  // Several chunks: slabs of at most kPartialMaxRows rows, each chunk's sums into its partial
+  // Several chunks: slabs of at most kGemmPartialMaxRows rows, each chunk's sums into its partial
   // plane, then ReduceChunks adds the planes in chunk order.
-  for (int64_t r0 = 0; r0 < p.m; r0 += splits == 1 ? p.m : kPartialMaxRows) {
-    const int64_t rows = splits == 1 ? p.m : std::min(kPartialMaxRows, p.m - r0);
+  for (int64_t r0 = 0; r0 < p.m; r0 += splits == 1 ? p.m : kGemmPartialMaxRows) {
+    const int64_t rows = splits == 1 ? p.m : std::min(kGemmPartialMaxRows, p.m - r0);
     Args s = a;
     s.xb = a.xb + r0 * a.kp;
     s.m = static_cast<int>(rows);
