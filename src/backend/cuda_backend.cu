@@ -346,20 +346,26 @@ void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
   s.graphs->AbandonStaleCapture();
   s.step = &step;
   const int64_t n = step.num_tokens();
-  s.token_ids.Upload(step.token_ids.data(), n);
-  s.positions.Upload(step.positions.data(), n);
-  s.slots.Upload(step.slot_mapping.data(), n);
-  const int32_t* table = s.block_table.Upload(step.block_table.data(), static_cast<int64_t>(step.block_table.size()));
+  // A captured graph reads the step's inputs at the addresses it was captured with: when one
+  // of these buffers moves (a longer step, a wider block table as contexts grow), every graph
+  // is dropped and recaptured.
+  bool moved = false;
+  s.token_ids.UploadGrowing(step.token_ids.data(), n, &moved);
+  s.positions.UploadGrowing(step.positions.data(), n, &moved);
+  s.slots.UploadGrowing(step.slot_mapping.data(), n, &moved);
+  const int32_t* table =
+      s.block_table.UploadGrowing(step.block_table.data(), static_cast<int64_t>(step.block_table.size()), &moved);
   s.host_token_tables.resize(n);
   for (int64_t seq = 0; seq < step.num_seqs(); ++seq) {
     for (int32_t t = step.query_start_loc[seq]; t < step.query_start_loc[seq + 1]; ++t) {
       s.host_token_tables[t] = table + seq * step.max_blocks_per_seq;
     }
   }
-  s.token_tables.Upload(s.host_token_tables.data(), n);
+  s.token_tables.UploadGrowing(s.host_token_tables.data(), n, &moved);
   s.max_keys = 0;
   for (int32_t pos : step.positions) s.max_keys = std::max<int64_t>(s.max_keys, pos + 1);
-  s.logits_index.Upload(step.logits_indices.data(), step.num_logits());
+  s.logits_index.UploadGrowing(step.logits_indices.data(), step.num_logits(), &moved);
+  if (moved) s.graphs->Drop();
   ++s.step_serial;
 
   // A decode step (one token and one logits row per sequence) may run as a graph.

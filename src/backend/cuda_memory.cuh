@@ -43,6 +43,17 @@ struct DeviceScratch {
     if (n > 0) PAGODA_CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice));
     return d;
   }
+  // Upload into a buffer that grows to the next power of two (the step's inputs: few
+  // reallocations as contexts grow). Sets *moved when the data landed at a new address.
+  template <typename T>
+  T* UploadGrowing(const T* host, int64_t n, bool* moved) {
+    const void* before = ptr.get();
+    int64_t capacity = 64;
+    while (capacity < n) capacity *= 2;
+    Get<T>(capacity);
+    if (ptr.get() != before) *moved = true;
+    return Upload(host, n);
+  }
 };
 
 inline bool IsDevicePointer(const void* p) {

@@ -12,7 +12,9 @@ StepGraphs::StepGraphs() {
 }
 
 StepGraphs::~StepGraphs() {
-  for (Graph& g : graphs_) (void)cudaGraphExecDestroy(g.exec);
+  for (Graph& g : graphs_) {
+    if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
+  }
   if (uploaded_ != nullptr) (void)cudaEventDestroy(uploaded_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
 }
@@ -24,7 +26,11 @@ void StepGraphs::Enable(bool on) {
 
 void StepGraphs::Drop() {
   PAGODA_CHECK(phase_ == Phase::kEager) << "CudaBackend: memory allocated in the middle of a graphed step";
-  for (Graph& g : graphs_) (void)cudaGraphExecDestroy(g.exec);
+  // Sizes seen once have no graph yet: destroying a null one would leave cudaErrorInvalidValue
+  // as the runtime's last error, reported by the next launch's check.
+  for (Graph& g : graphs_) {
+    if (g.exec != nullptr) PAGODA_CUDA_CHECK(cudaGraphExecDestroy(g.exec));
+  }
   graphs_.clear();
   current_ = nullptr;
 }

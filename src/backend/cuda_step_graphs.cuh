@@ -2,7 +2,9 @@
 // attention split depth).
 // The first decode step of a size runs eagerly (it sizes every scratch buffer), the second is
 // captured on graph_stream and launched, later ones replay it. Every kernel reads the step
-// from the same device buffers, so a replay sees the new step once BeginStep has uploaded it.
+// from the same device buffers, so a replay sees the new step once BeginStep has uploaded it;
+// when BeginStep has to move one of those buffers (a longer step, a wider block table), it
+// drops every graph.
 // While replaying, the backend's ops launch nothing; the step's logits copy (Finish) launches
 // the graph. Graphs are dropped when workspace or KV memory is allocated (a new address could
 // reuse one a graph was captured with). Included by the backend's .cu files only.
