@@ -142,12 +142,14 @@ class Backend {
   // Scratch for steps of up to `max_tokens` tokens and `max_logits` logits rows, allocated now
   // (models call it from ReserveWorkspace), so a step allocates nothing. No-op by default.
   virtual void ReserveScratch(int64_t /*max_tokens*/, int64_t /*max_logits*/) {}
-  // Device memory as its runtime reports it, in bytes: the total and what is in use now (by
-  // this process and any other). {0, 0} for a backend on host memory (the CPU): the engine then
-  // sizes the KV cache from the host's available RAM instead of --gpu-memory-utilization.
+  // Device memory, in bytes: the total, what this backend has taken since it started
+  // (weights, scratch, caches; not other processes' memory), and what was free when it
+  // started. All 0 for a backend on host memory (the CPU): the engine then sizes the KV cache
+  // from the host's available RAM instead of --gpu-memory-utilization.
   struct MemoryInfo {
     int64_t total = 0;
     int64_t used = 0;
+    int64_t free_at_start = 0;
   };
   virtual MemoryInfo DeviceMemory() const { return {}; }
 

@@ -45,6 +45,7 @@ void CheckF32(const TensorView& v, const char* what) {
 
 struct CudaBackend::State {
   int device = 0;
+  int64_t free_at_start = 0;  // device memory free when the backend started (DeviceMemory)
   // Where ops launch: the legacy default stream (ordered with the synchronous copies), or the
   // graphs' stream while a decode step is being captured.
   cudaStream_t stream = nullptr;
@@ -180,6 +181,10 @@ CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
                 "CUDA device " << device << " does not exist (" << count << " found)");
   s_->device = device;
   PAGODA_CUDA_CHECK(cudaSetDevice(device));
+  PAGODA_CUDA_CHECK(cudaFree(nullptr));  // the context exists before the baseline is read
+  size_t free = 0, total = 0;
+  PAGODA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  s_->free_at_start = static_cast<int64_t>(free);
   s_->graphs = std::make_unique<StepGraphs>();
   PAGODA_LOG(kInfo) << "CUDA backend on " << DeviceSummary();
 }
@@ -317,7 +322,10 @@ CudaBackend::MemoryInfo CudaBackend::DeviceMemory() const {
   UseDevice(s_->device);
   size_t free = 0, total = 0;
   PAGODA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  return {static_cast<int64_t>(total), static_cast<int64_t>(total - free)};
+  // What this backend took: the drop in free memory since it started (memory other processes
+  // take meanwhile is counted too, which only errs on the safe side).
+  return {static_cast<int64_t>(total), std::max<int64_t>(0, s_->free_at_start - static_cast<int64_t>(free)),
+          s_->free_at_start};
 }
 
 void CudaBackend::CopyBlock(KVCache& cache, int32_t src, int32_t dst) {

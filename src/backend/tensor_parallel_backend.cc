@@ -82,6 +82,7 @@ Backend::MemoryInfo TensorParallelBackend::DeviceMemory() const {
     const MemoryInfo m = b->DeviceMemory();
     sum.total += m.total;
     sum.used += m.used;
+    sum.free_at_start += m.free_at_start;
   }
   return sum;
 }

@@ -157,10 +157,11 @@ EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, Model& model) cons
   model.ReserveWorkspace(max_num_batched_tokens, max_num_seqs);
   o.non_kv_bytes = model.WeightBytesPerToken() + model.workspace_bytes();
   // A device with its own memory (CUDA): the budget is --gpu-memory-utilization (default 0.9)
-  // of the device, less everything in use now that the weights and scratch are allocated.
+  // of the device, less what this process took for the weights and scratch.
   if (const Backend::MemoryInfo mem = model.backend().DeviceMemory(); mem.total > 0) {
     o.device_total_bytes = mem.total;
     o.non_kv_bytes = mem.used;
+    o.device_free_bytes = mem.free_at_start;
     if (!o.gpu_memory_utilization) o.gpu_memory_utilization = kDefaultGpuMemoryUtilization;
   }
   // On the CPU, never take more than the sequences the engine could run at once.

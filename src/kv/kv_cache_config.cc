@@ -120,6 +120,12 @@ KVCacheConfig ComputeKVCacheConfig(const KVCacheSizingOptions& o) {
     PAGODA_ENSURE(f > 0.0 && f <= 1.0, ErrorCode::kInvalidArgument,
                   "--gpu-memory-utilization: " << f << " must be in (0, 1]");
     const int64_t limit = static_cast<int64_t>(f * static_cast<double>(o.device_total_bytes));
+    PAGODA_ENSURE(o.device_free_bytes < 0 || limit <= o.device_free_bytes, ErrorCode::kResourceExhausted,
+                  "--gpu-memory-utilization " << f << " asks for " << MiB(limit) << " of the "
+                  << MiB(o.device_total_bytes) << " device, but only " << MiB(o.device_free_bytes)
+                  << " were free when pagoda started (other processes hold the rest): lower "
+                  << "--gpu-memory-utilization to at most "
+                  << static_cast<double>(o.device_free_bytes) / static_cast<double>(o.device_total_bytes));
     budget = limit - o.non_kv_bytes;
     PAGODA_ENSURE(budget > 0, ErrorCode::kResourceExhausted,
                   "--gpu-memory-utilization " << f << " allows " << MiB(limit) << " of the "

@@ -4,8 +4,11 @@
 // The budget, first match wins:
 //   1. --kv-cache-memory SIZE                 exactly that many bytes;
 //   2. --gpu-memory-utilization F, on a device that reports its total memory:
-//        F x device_total - non_kv_bytes      (weights + peak activations + KV within F of
-//                                              the device, as vLLM does);
+//        F x device_total - non_kv_bytes      (this process's weights + peak activations +
+//                                              KV within F of the device, as vLLM does: a
+//                                              per-instance limit, so several servers can
+//                                              share a GPU); F x device_total must have been
+//                                              free when the process started;
 //   3. on the CPU: kDefaultCpuKVFraction x (MemAvailable - non_kv_bytes), MemAvailable read
 //        from /proc/meminfo at start-up, capped at max_kv_tokens when that is set.
 // Bytes per token come from KVBytesPerToken (kv_layout.h), the one formula the planner and
@@ -49,6 +52,7 @@ struct KVCacheSizingOptions {
   std::optional<double> gpu_memory_utilization;   // --gpu-memory-utilization
   int64_t device_total_bytes = 0;  // a GPU's total memory; 0 on the CPU
   int64_t non_kv_bytes = 0;        // weights + peak activations, outside the KV budget
+  int64_t device_free_bytes = -1;  // a GPU's free memory when the process started; -1: unknown
   int64_t cpu_available_bytes = -1;  // CPU: MemAvailable; -1 reads /proc/meminfo
   int64_t max_kv_tokens = 0;         // CPU default only: no more tokens than this (0: no cap)
   int64_t kv_copies = 1;             // copies of the shape's bytes per token stored (Model::KVCopies)

@@ -88,6 +88,25 @@ TEST(KVCacheConfigTest, GpuMemoryUtilizationLeavesRoomForWeights) {
   EXPECT_THROW(ComputeKVCacheConfig(o), Error);
 }
 
+// The fraction is this process's limit (vLLM's per-instance meaning): what other processes
+// hold does not count against it, but the fraction must have been free at start-up.
+TEST(KVCacheConfigTest, GpuMemoryUtilizationMustHaveBeenFreeAtStartUp) {
+  KVCacheSizingOptions o = Tiny();
+  o.gpu_memory_utilization = 0.25;
+  o.device_total_bytes = 1LL << 30;
+  o.non_kv_bytes = 64LL << 20;
+  o.device_free_bytes = 300LL << 20;  // another process holds the rest
+  EXPECT_EQ(ComputeKVCacheConfig(o).memory_bytes(), 192LL << 20);
+  o.device_free_bytes = 200LL << 20;
+  try {
+    ComputeKVCacheConfig(o);
+    ADD_FAILURE() << "a fraction larger than the free memory was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("were free when pagoda started"), std::string::npos) << e.what();
+  }
+}
+
 // Tensor parallelism storing two copies of the shape's bytes (replicated KV heads, MLA's latent
 // on every rank): the same budget holds half the tokens, and the line reports the true bytes.
 TEST(KVCacheConfigTest, KVCopiesMultiplyTheBytesPerToken) {
