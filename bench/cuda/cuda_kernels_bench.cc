@@ -29,6 +29,7 @@
 #include "core/dtype.h"
 #include "kernels/params/attention_params.h"
 #include "kernels/params/sampling_params.h"
+#include "kv/kv_codec.h"
 #include "kv/kv_format.h"
 #include "model/model.h"
 
@@ -119,7 +120,8 @@ void BenchGemm(CudaBackend& gpu, bool quick, double copy_gbs) {
   }
 }
 
-void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, double copy_gbs) {
+void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, double copy_gbs,
+                          KVQuant quant = KVQuant::kNone) {
   const int64_t heads = 32, kv_heads = 8, dim = 128, block = 16;
   const int64_t blocks_per_seq = (context + block - 1) / block;
   KVStorageShape shape;
@@ -129,6 +131,7 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
   shape.num_kv_heads = kv_heads;
   shape.head_dim = dim;
   shape.dtype = DType::kBF16;
+  shape.quant = quant;
   auto cache = gpu.CreateKVCache(shape);
   std::vector<std::shared_ptr<float>> keep;
   // Fill the cache: one prefill-shaped WriteKV of random rows per sequence is slow to build on
@@ -164,9 +167,12 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
   a.head_dim = dim;
   a.scale = 0.088f;
   const double t = Time(gpu, [&] { gpu.PagedAttention(*cache, 0, a, q, out); }, 5, 9);
-  const double bytes = 2.0 * batch * context * kv_heads * dim * 2;
-  std::printf("decode-attn batch=%lld ctx=%lld 32q/8kv d128 bf16  %8.1f us  %7.0f GB/s (%4.1f%% of copy)\n",
-              static_cast<long long>(batch), static_cast<long long>(context), t * 1e6, bytes / t / 1e9,
+  // The bytes the cache holds for these tokens (codes and scales for quantized formats).
+  const KVLayerFormats f = LayerKVFormats(shape, 0);
+  const double bytes = static_cast<double>(batch) * context * kv_heads * (KVRowBytes(f.k) + KVRowBytes(f.v));
+  std::printf("decode-attn batch=%lld ctx=%lld 32q/8kv d128 %-8s %8.1f us  %7.0f GB/s (%4.1f%% of copy)\n",
+              static_cast<long long>(batch), static_cast<long long>(context),
+              quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e6, bytes / t / 1e9,
               100.0 * bytes / t / 1e9 / copy_gbs);
 }
 
@@ -350,6 +356,8 @@ int main(int argc, char** argv) {
     BenchDecodeAttention(gpu, 128, 4096, copy);
     BenchDecodeAttention(gpu, 32, 4096, copy);
     BenchDecodeAttention(gpu, 1, 32768, copy);
+    // Quantized KV (SIMT kernel, dequantized in registers) at batch 64, 8K tokens, against bf16.
+    for (const KVQuant q : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8}) BenchDecodeAttention(gpu, 64, 8192, copy, q);
     BenchPrefillAttentions(gpu, quick);
     if (!model.empty()) BenchModel(gpu, model, copy, quick, !eager);
   } catch (const std::exception& e) {

@@ -302,10 +302,21 @@ std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape)
   s_->graphs->Drop();
   KVCacheSupport support;
   support.wide_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
-  support.formats = {};  // fp8/int8/int4/nvfp4/kivi2: not on the GPU yet
-  support.skip_layers = support.sink_tokens = support.recent_tokens = support.heavy_tokens = false;
-  support.tensor_scales = false;
+  // Per-token fp8 and int8 (kernels/cuda/kv_codec.cuh), with --kv-cache-dtype-skip-layers and
+  // checkpoint scales; int4, nvfp4, kivi2 and the side-pool policies are not on the GPU yet.
+  support.formats = {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8};
+  support.sink_tokens = support.recent_tokens = support.heavy_tokens = false;
   CheckKVCacheSupport(shape, support, name());
+  if (shape.quant != KVQuant::kNone) {
+    PAGODA_ENSURE(shape.quantize_v, ErrorCode::kUnsupported,
+                  "the cuda backend has no quantized MLA latent cache yet (--kv-cache-dtype "
+                      << KVQuantName(shape.quant) << "); use bf16 KV for this model on the GPU");
+    const int64_t dv = shape.head_dim_v > 0 ? shape.head_dim_v : shape.head_dim;
+    PAGODA_ENSURE(shape.head_dim <= 512 && dv <= 512, ErrorCode::kUnsupported,
+                  "the cuda backend quantizes KV rows of at most 512 values, not " << std::max(shape.head_dim, dv));
+    PAGODA_ENSURE(shape.head_dim % 2 == 0 && dv % 2 == 0, ErrorCode::kUnsupported,
+                  "the cuda backend quantizes KV rows of an even number of values, not " << shape.head_dim);
+  }
   return std::make_unique<CudaKVCache>(shape);
 }
 
@@ -336,11 +347,22 @@ void CudaBackend::CopyBlock(KVCache& cache, int32_t src, int32_t dst) {
   for (int64_t l = 0; l < c.shape().num_layers; ++l) {
     auto* k = static_cast<char*>(c.k(l));
     auto* v = static_cast<char*>(c.v(l));
-    PAGODA_CUDA_CHECK(cudaMemcpyAsync(k + dst * c.k_block_bytes(), k + src * c.k_block_bytes(), c.k_block_bytes(),
-                                      cudaMemcpyDeviceToDevice, s_->stream));
-    PAGODA_CUDA_CHECK(cudaMemcpyAsync(v + dst * c.v_block_bytes(), v + src * c.v_block_bytes(), c.v_block_bytes(),
-                                      cudaMemcpyDeviceToDevice, s_->stream));
+    const int64_t kb = c.k_block_bytes(l), vb = c.v_block_bytes(l);
+    PAGODA_CUDA_CHECK(cudaMemcpyAsync(k + dst * kb, k + src * kb, kb, cudaMemcpyDeviceToDevice, s_->stream));
+    PAGODA_CUDA_CHECK(cudaMemcpyAsync(v + dst * vb, v + src * vb, vb, cudaMemcpyDeviceToDevice, s_->stream));
   }
+}
+
+std::vector<uint8_t> CudaBackend::ReadKVBlock(KVCache& cache, int64_t layer, bool value, int32_t block) {
+  UseDevice(s_->device);
+  CudaKVCache& c = AsCudaKVCache(cache);
+  PAGODA_CHECK(layer >= 0 && layer < c.shape().num_layers && block >= 0 && block < c.shape().num_blocks)
+      << "ReadKVBlock: layer " << layer << ", block " << block;
+  const int64_t bytes = value ? c.v_block_bytes(layer) : c.k_block_bytes(layer);
+  std::vector<uint8_t> out(static_cast<size_t>(bytes));
+  const auto* base = static_cast<const uint8_t*>(value ? c.v(layer) : c.k(layer));
+  PAGODA_CUDA_CHECK(cudaMemcpy(out.data(), base + block * bytes, bytes, cudaMemcpyDeviceToHost));
+  return out;
 }
 
 // ---- one step ----
@@ -541,6 +563,8 @@ void CudaBackend::WriteKV(KVCache& cache, int64_t layer, const TensorView& k, co
   p.k_cache = c.k(layer);
   p.v_cache = c.v(layer);
   p.dtype = c.shape().dtype;
+  p.k_format = c.k_format(layer);
+  p.v_format = c.v_format(layer);
   cuda::WriteKV(p, s_->stream);
 }
 
@@ -566,6 +590,8 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
   p.k_cache = c.k(layer);
   p.v_cache = c.v(layer);
   p.kv_dtype = c.shape().dtype;
+  p.k_format = c.k_format(layer);
+  p.v_format = c.v_format(layer);
   p.block_size = c.shape().block_size;
   p.positions = s_->positions.Get<int32_t>(0);
   p.block_tables = s_->token_tables.Get<const int32_t*>(0);
@@ -616,6 +642,7 @@ void CudaBackend::MlaAttention(KVCache& cache, int64_t layer, int64_t num_heads,
   p.latent_cache = c.k(layer);
   p.rope_cache = c.v(layer);
   p.kv_dtype = cs.dtype;
+  PAGODA_CHECK(c.k_format(layer).quant == KVQuant::kNone) << "MlaAttention: a quantized latent cache";
   p.block_size = cs.block_size;
   p.positions = s_->positions.Get<int32_t>(0);
   p.block_tables = s_->token_tables.Get<const int32_t*>(0);

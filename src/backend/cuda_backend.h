@@ -2,21 +2,22 @@
 // Built only with -DPAGODA_CUDA=ON; this header needs no CUDA headers, so host code (the
 // CLI, tests) can include it.
 //
-// What it is today (docs/cuda.md): the first correct backend, not yet the fast one.
-//   - Weights are uploaded once at preparation, widened to f32 on the device (bf16/f16 values
-//     exactly; Q8_0/Q4_0/K-quants dequantized to bf16 first, and logged so); MatMul is an
-//     FP32 cuBLAS GEMM without TF32. No stacked q|k|v / gate|up form (PrepareStacked returns
-//     an empty Weight, so the model runs the parts one by one).
-//   - Activations are f32 device buffers (Allocate); the KV cache is per-layer device arrays
-//     of f32, bf16 or f16 blocks [num_blocks, block_size, num_kv_heads, head_dim]. Quantized
-//     KV formats and the mixed-precision policies (skip layers, sink/recent/heavy tokens) are
-//     refused by name at CreateKVCache.
-//   - BeginStep uploads the step description (synchronously); MoE routing runs on the host
-//     after copying the router logits back; a MatMul whose output view is host memory (the
-//     logits the engine hands in) computes into device scratch and copies back.
-//   - Sampling and logprobs run on the host (the CPU backend's sampler).
-//   - Not yet: batch invariance on the GEMM path, CUDA graphs, device sampling, pinned
-//     uploads, the tensor-core attention kernels.
+// What it does (docs/cuda.md):
+//   - Weights are uploaded once at preparation: bf16/f16 as bf16 for the tensor-core GEMMs
+//     (kernels/cuda/gemm.h: mma.sync up to 64 rows, wgmma beyond, a fixed split-k so every
+//     row count gives the same bits), f32 models in f32 without TF32; Q8_0/Q4_0/K-quants are
+//     dequantized to bf16 first, and logged so.
+//   - Activations are f32 device buffers (Allocate). The KV cache is per-layer device arrays
+//     of blocks (backend/cuda_kv_cache.cuh): f32/bf16/f16 rows, or fp8_e4m3/fp8_e5m2/int8 rows
+//     in the CPU's byte layout (skip-layers and checkpoint scales included); int4, nvfp4,
+//     kivi2 and the side-pool policies are refused by name at CreateKVCache.
+//   - Attention: the tensor-core FlashAttention kernels for bf16/f16 caches, SIMT kernels for
+//     f32 and quantized caches and other shapes; MLA over the latent cache; MoE routed on
+//     the host.
+//   - BeginStep uploads the step description; decode steps run as CUDA graphs
+//     (cuda_step_graphs.cuh) unless EnableStepGraphs(false) (--enforce-eager).
+//   - Greedy rows are sampled on the device (only ids come back); other rows and logprobs go
+//     through the CPU sampler on copied rows.
 // Thread-compatible: one step at a time; everything runs on one stream. Each entry point that
 // allocates or launches selects this backend's GPU on the calling thread first, so several
 // backends (one per GPU, tensor parallelism) can be driven from their own threads.
@@ -81,8 +82,6 @@ class CudaBackend : public Backend {
   // Tensor parallelism across GPUs: the communicator's device all-reduce (an NcclGroup's
   // ncclAllReduce) on this backend's stream, so a captured decode step includes it.
   void AllReduce(const TensorView& x) override;
-  // Sampling runs on the host for now, through the CPU backend's sampler (the engine hands in
-  // host logits; device rows are copied back first). Sampling on the device is not written yet.
   // Logits rows in device memory (the step's staging buffer): greedy rows are chosen there
   // (only their ids come back); other rows are copied to the host for the CPU sampler.
   TensorView LogitsBuffer(int64_t rows, int64_t vocab) override;
@@ -100,6 +99,8 @@ class CudaBackend : public Backend {
   std::string DeviceSummary() const;
   // Decode-step graphs captured so far (one per batch size seen twice).
   int64_t num_step_graphs() const;
+  // Tests: the bytes of block `block` of layer `layer`'s K (value false) or V array.
+  std::vector<uint8_t> ReadKVBlock(KVCache& cache, int64_t layer, bool value, int32_t block);
   // Benchmarks: seconds per op kind (MatMul, PagedAttention, ...) since EnableOpTimes(true),
   // each op synchronized before and after (so only meaningful with step graphs off).
   void EnableOpTimes(bool on);

@@ -1,6 +1,8 @@
-// CudaKVCache: the CUDA backend's KV cache, per layer a K and a V array of blocks
-// [num_blocks, block_size, width] in shape.dtype (f32, bf16 or f16; MLA: the latent and k_pe).
-// Included by the backend's .cu files only.
+// CudaKVCache: the CUDA backend's KV cache, per layer a K and a V array of blocks. Each array
+// stores its layer's format (kv/kv_format.h's LayerKVFormats): plain rows of shape.dtype (f32,
+// bf16 or f16; MLA: the latent and k_pe) or per-token quantized rows (fp8_e4m3, fp8_e5m2,
+// int8) in kv/kv_codec.h's byte layout, so a block is [block_size, num_kv_heads] rows of
+// KVRowBytes each. Included by the backend's .cu files only.
 #pragma once
 
 #include <memory>
@@ -9,6 +11,7 @@
 #include "backend/cuda_memory.cuh"
 #include "backend/kv_cache.h"
 #include "core/error.h"
+#include "kv/kv_codec.h"
 
 namespace pagoda {
 
@@ -18,28 +21,40 @@ class CudaKVCache : public KVCache {
     k_width_ = s.num_kv_heads * s.head_dim;
     v_width_ = s.num_kv_heads * (s.head_dim_v > 0 ? s.head_dim_v : s.head_dim);
     for (int64_t l = 0; l < s.num_layers; ++l) {
-      k_.push_back(DeviceAlloc(k_block_bytes() * s.num_blocks));
-      v_.push_back(DeviceAlloc(v_block_bytes() * s.num_blocks));
+      const KVLayerFormats f = LayerKVFormats(s, l);
+      k_format_.push_back(f.k);
+      v_format_.push_back(f.v);
+      k_.push_back(DeviceAlloc(k_block_bytes(l) * s.num_blocks));
+      v_.push_back(DeviceAlloc(v_block_bytes(l) * s.num_blocks));
     }
   }
   const KVStorageShape& shape() const override { return shape_; }
-  int64_t bytes() const override { return shape_.num_layers * shape_.num_blocks * (k_block_bytes() + v_block_bytes()); }
+  int64_t bytes() const override {
+    int64_t sum = 0;
+    for (int64_t l = 0; l < shape_.num_layers; ++l) sum += shape_.num_blocks * (k_block_bytes(l) + v_block_bytes(l));
+    return sum;
+  }
   int64_t side_bytes() const override { return 0; }
-  // Only quantized formats use per-tensor scales, and those are refused at creation.
-  void SetTensorScales(int64_t, float, float) override {}
+  // Checkpoint scales of one layer: fp8 then uses them instead of per-token scales.
+  void SetTensorScales(int64_t layer, float k_scale, float v_scale) override {
+    PAGODA_CHECK(layer >= 0 && layer < shape_.num_layers) << "layer " << layer;
+    if (k_format_[layer].quant != KVQuant::kNone) k_format_[layer].tensor_scale = k_scale > 0.0f ? k_scale : 0.0f;
+    if (v_format_[layer].quant != KVQuant::kNone) v_format_[layer].tensor_scale = v_scale > 0.0f ? v_scale : 0.0f;
+  }
 
   void* k(int64_t l) const { return k_[l].get(); }
   void* v(int64_t l) const { return v_[l].get(); }
+  const KVArrayFormat& k_format(int64_t l) const { return k_format_[l]; }
+  const KVArrayFormat& v_format(int64_t l) const { return v_format_[l]; }
   int64_t k_width() const { return k_width_; }
   int64_t v_width() const { return v_width_; }
-  int64_t k_block_bytes() const { return shape_.block_size * k_width_ * element_bytes(); }
-  int64_t v_block_bytes() const { return shape_.block_size * v_width_ * element_bytes(); }
+  int64_t k_block_bytes(int64_t l) const { return KVBlockBytes(k_format_[l]); }
+  int64_t v_block_bytes(int64_t l) const { return KVBlockBytes(v_format_[l]); }
 
  private:
-  int64_t element_bytes() const { return shape_.dtype == DType::kF32 ? 4 : 2; }
-
   KVStorageShape shape_;
   int64_t k_width_ = 0, v_width_ = 0;
+  std::vector<KVArrayFormat> k_format_, v_format_;
   std::vector<std::shared_ptr<void>> k_, v_;
 };
 

@@ -28,24 +28,9 @@ KVStorage::KVStorage(const KVStorageShape& s) : shape_(s) {
     PAGODA_ENSURE(l >= 0 && l < s.num_layers, ErrorCode::kInvalidArgument,
                   "--kv-cache-dtype-skip-layers: layer " << l << " is outside 0.." << s.num_layers - 1);
   }
-  const int64_t dv = s.head_dim_v > 0 ? s.head_dim_v : s.head_dim;
-  const int64_t slots = s.num_blocks * s.block_size;
   int64_t total = 0;
   for (int64_t l = 0; l < s.num_layers; ++l) {
-    const bool wide = s.quant == KVQuant::kNone ||
-                      std::find(s.wide_layers.begin(), s.wide_layers.end(), l) != s.wide_layers.end();
-    KVArrayFormat f;
-    f.quant = wide ? KVQuant::kNone : s.quant;
-    f.dtype = s.dtype;
-    f.block_size = s.block_size;
-    f.num_heads = s.num_kv_heads;
-    f.head_dim = s.head_dim;
-    f.group = s.group_size;
-    f.heavy_rows = wide ? 0 : s.heavy_tokens;
-    KVArrayFormat fk = f, fv = f;
-    fk.per_channel = f.quant == KVQuant::kKivi2;
-    fv.head_dim = dv;
-    if (!s.quantize_v) fv.quant = KVQuant::kNone;
+    const auto [fk, fv] = LayerKVFormats(s, l);
     k_format_.push_back(fk);
     v_format_.push_back(fv);
     total += s.num_blocks * (KVBlockBytes(fk) + KVBlockBytes(fv));
@@ -54,7 +39,6 @@ KVStorage::KVStorage(const KVStorageShape& s) : shape_(s) {
   PAGODA_ENSURE(available <= 0 || total <= available, ErrorCode::kResourceExhausted,
                 "the KV cache needs " << FormatBytes(total) << " but only " << FormatBytes(available)
                                       << " of memory is available: lower --max-model-len or --kv-cache-memory");
-  (void)slots;
   const auto L = static_cast<size_t>(s.num_layers);
   k_.resize(L);
   v_.resize(L);

@@ -40,6 +40,24 @@ KVStorageShape ApplyKVCacheFormat(KVStorageShape s, KVCacheDType t, const KVQuan
   return s;
 }
 
+KVLayerFormats LayerKVFormats(const KVStorageShape& s, int64_t layer) {
+  const bool wide = s.quant == KVQuant::kNone ||
+                    std::find(s.wide_layers.begin(), s.wide_layers.end(), layer) != s.wide_layers.end();
+  KVArrayFormat f;
+  f.quant = wide ? KVQuant::kNone : s.quant;
+  f.dtype = s.dtype;
+  f.block_size = s.block_size;
+  f.num_heads = s.num_kv_heads;
+  f.head_dim = s.head_dim;
+  f.group = s.group_size;
+  f.heavy_rows = wide ? 0 : s.heavy_tokens;
+  KVLayerFormats out{f, f};
+  out.k.per_channel = f.quant == KVQuant::kKivi2;
+  out.v.head_dim = s.head_dim_v > 0 ? s.head_dim_v : s.head_dim;
+  if (!s.quantize_v) out.v.quant = KVQuant::kNone;
+  return out;
+}
+
 const char* KVQuantName(KVQuant q) {
   switch (q) {
     case KVQuant::kNone: return "none";

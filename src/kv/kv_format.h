@@ -54,6 +54,14 @@ struct KVStorageShape {
   int64_t heavy_tokens = 0;         // --kv-heavy-tokens: bf16 copies per block (query-aware)
 };
 
+// The formats of one layer's K and V arrays in a cache of shape `s`: plain `dtype` elements
+// when the cache is unquantized or the layer is in wide_layers, and for the V array when
+// !quantize_v (MLA's k_pe); kivi2 keys are per channel. tensor_scale is 0 (none).
+struct KVLayerFormats {
+  KVArrayFormat k, v;
+};
+KVLayerFormats LayerKVFormats(const KVStorageShape& s, int64_t layer);
+
 // `base` (from Model::KVShapeFor with the wide dtype, bf16 for quantized formats) with the
 // quantization fields set for --kv-cache-dtype `t` and `options`. Wide formats return base.
 // MLA (mla = true): the K array (latent c_kv) takes the format, the V array (k_pe) stays wide

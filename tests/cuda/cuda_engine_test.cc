@@ -2,7 +2,7 @@
 // attention on tensor cores, bf16 KV, decode steps replayed from CUDA graphs, greedy tokens
 // chosen on the device): a request's greedy tokens do not depend on the batch (64 at once =
 // alone), on prefix-cache hits, on chunked prefill or block size, or on preemption under a tiny
-// cache. And stories260K (f32) batched and forked.
+// cache; the same with fp8 and int8 KV. And stories260K (f32) batched and forked.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -112,6 +112,26 @@ TEST_F(CudaEngineTest, PreemptionUnderATinyCacheLosesNothing) {
   for (const auto& [id, ids] : out) {
     EXPECT_EQ(ids, Alone(specs[i].prompt, 60)) << "request " << id;
     ++i;
+  }
+}
+
+// fp8 and int8 KV, quantized on the device and read by the SIMT attention kernel: 16 concurrent
+// requests (decode graphs, mixed prefill/decode steps) give the tokens each gets alone.
+TEST_F(CudaEngineTest, QuantizedKVRequestsGetTheirAloneOutputs) {
+  for (const KVCacheDType dtype : {KVCacheDType::kFp8E4M3, KVCacheDType::kInt8}) {
+    SCOPED_TRACE(KVCacheDTypeName(dtype));
+    const EngineConfig c = testing::SmallEngineConfig(512, 16, false, 4096, dtype);
+    const auto specs = Specs(16, 40, 24, false);
+    Engine e(*model_, nullptr, c);
+    const auto out = RunAll(e, specs);
+    ASSERT_EQ(out.size(), specs.size());
+    auto it = out.begin();
+    for (size_t i = 0; i < specs.size(); ++i, ++it) {
+      Engine alone(*model_, nullptr, c);
+      const auto one = RunAll(alone, {specs[i]});
+      ASSERT_EQ(one.size(), 1u);
+      EXPECT_EQ(it->second, one.begin()->second) << "request " << it->first;
+    }
   }
 }
 

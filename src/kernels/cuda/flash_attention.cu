@@ -501,6 +501,7 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
 }  // namespace
 
 bool FlashAttentionSupports(const PagedAttentionParams& p) {
+  if (p.k_format.quant != KVQuant::kNone || p.v_format.quant != KVQuant::kNone) return false;
   if (p.kv_dtype != DType::kBF16 && p.kv_dtype != DType::kF16) return false;
   if (p.head_dim != 64 && p.head_dim != 128) return false;
   if (p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 || p.num_heads / p.num_kv_heads > 16) return false;

@@ -25,6 +25,10 @@ __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool va
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src) { CpAsync16(SmemAddr(dst), src); }
+// 4 bytes global -> shared, asynchronously (rows that are not multiples of 16 bytes).
+__device__ __forceinline__ void CpAsync4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SmemAddr(dst)), "l"(src));
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most N of this thread's committed groups are still in flight.
 template <int N>

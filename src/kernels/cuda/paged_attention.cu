@@ -4,6 +4,7 @@
 #include <cfloat>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/kv_types.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/online_softmax.cuh"
@@ -30,9 +31,13 @@ __global__ void PagedAttentionKernel(PagedAttentionParams p) {
   // AttentionWindowStart (attention_params.h), which is host-only.
   const int64_t start = p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? pos - p.sliding_window + 1 : 0;
   const int32_t* table = p.block_tables[t];
-  const T* k_cache = static_cast<const T*>(p.k_cache);
-  const T* v_cache = static_cast<const T*>(p.v_cache);
-  const int64_t row = p.num_kv_heads * hd;  // elements per slot
+  // Rows of (slot, KV head): plain elements of T or a quantized format (kernels/cuda/kv_codec.cuh).
+  const auto* k_cache = static_cast<const uint8_t*>(p.k_cache);
+  const auto* v_cache = static_cast<const uint8_t*>(p.v_cache);
+  const int64_t k_row = KVRowTraits<T>::kQuantized ? DeviceKVRowBytes(p.k_format) : hd * int64_t(sizeof(T));
+  const int64_t v_row = KVRowTraits<T>::kQuantized ? DeviceKVRowBytes(p.v_format) : hd * int64_t(sizeof(T));
+  const int64_t k_group = p.k_format.group < hd ? p.k_format.group : hd;
+  const int64_t v_group = p.v_format.group < hd ? p.v_format.group : hd;
   auto slot_of = [&](int64_t key_pos) {
     return static_cast<int64_t>(table[key_pos / p.block_size]) * p.block_size + key_pos % p.block_size;
   };
@@ -43,13 +48,15 @@ __global__ void PagedAttentionKernel(PagedAttentionParams p) {
     if (threadIdx.x < n) {
       const int64_t slot = slot_of(k0 + threadIdx.x);
       slots[threadIdx.x] = slot;
-      const T* k = k_cache + slot * row + kv_h * hd;
+      const uint8_t* k = k_cache + (slot * p.num_kv_heads + kv_h) * k_row;
       float dot = 0.0f;
-      for (int d = 0; d < hd; ++d) dot += q[d] * ToFloat(k[d]);
+      for (int d = 0; d < hd; ++d) dot += q[d] * DequantizeAt<T>(k, d, hd, k_group);
       scores[threadIdx.x] = dot * p.scale;
     }
     __syncthreads();
-    state.AddTile(scores, n, hd, [&](int j, int d) { return ToFloat(v_cache[slots[j] * row + kv_h * hd + d]); });
+    state.AddTile(scores, n, hd, [&](int j, int d) {
+      return DequantizeAt<T>(v_cache + (slots[j] * p.num_kv_heads + kv_h) * v_row, d, hd, v_group);
+    });
   }
   state.Store(p.out + (t * p.num_heads + h) * hd, hd);
 }
@@ -142,11 +149,15 @@ __device__ __forceinline__ void MergeInto(float& M, float& L, float* O, float m,
 
 template <typename T, int HD, int G>
 struct GroupedShape {
+  static constexpr bool kQuantized = KVRowTraits<T>::kQuantized;
+  // Bytes per value the shared-memory rows are sized for: quantized rows (codes and scales)
+  // fit in 2 bytes per value.
+  static constexpr int kElemBytes = kQuantized ? 2 : int(sizeof(T));
   // Keys per tile: a K (or V) tile is at most 16 KiB.
-  static constexpr int kTile = 16384 / (HD * int(sizeof(T))) < 64 ? 16384 / (HD * int(sizeof(T))) : 64;
+  static constexpr int kTile = 16384 / (HD * kElemBytes) < 64 ? 16384 / (HD * kElemBytes) : 64;
   // A K/V row in shared memory, padded by 16 bytes so threads reading different rows at the
   // same column fall in different banks.
-  static constexpr int kRowBytes = HD * int(sizeof(T)) + 16;
+  static constexpr int kRowBytes = HD * kElemBytes + 16;
   static constexpr int kTileBytes = kTile * kRowBytes;
   // Outputs (head g, dimension d) a thread accumulates: G * HD over 128 threads, at least 1.
   static constexpr int kOut = G * HD / kGroupThreads > 0 ? G * HD / kGroupThreads : 1;
@@ -180,21 +191,30 @@ __global__ void __launch_bounds__(kGroupThreads) GroupedAttentionKernel(PagedAtt
   const int32_t* table = p.block_tables[t];
   const int bs_shift = __ffs(static_cast<int>(p.block_size)) - 1;  // block sizes are powers of two
   const int bs_mask = static_cast<int>(p.block_size) - 1;
-  const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(kvh) * HD * sizeof(T);
-  const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(kvh) * HD * sizeof(T);
-  const int64_t slot_bytes = p.num_kv_heads * HD * sizeof(T);
-  constexpr int kChunks = HD * int(sizeof(T)) / 16;  // 16-byte pieces of a row
+  // Quantized rows: the same bytes per row in K and V (one format), copied in 4-byte pieces.
+  const int row_bytes = S::kQuantized ? static_cast<int>(DeviceKVRowBytes(p.k_format)) : HD * int(sizeof(T));
+  const int qgroup = S::kQuantized && p.k_format.group < HD ? static_cast<int>(p.k_format.group) : HD;
+  const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(kvh) * row_bytes;
+  const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(kvh) * row_bytes;
+  const int64_t slot_bytes = p.num_kv_heads * row_bytes;
+  constexpr int kPiece = S::kQuantized ? 4 : 16;
+  const int chunks = row_bytes / kPiece;  // pieces of a row
 
   // Copies keys [k0, k0 + n) of K and V into stage `stage`.
   auto load_tile = [&](int stage, int64_t k0, int n) {
     uint8_t* ks = smem + stage * 2 * S::kTileBytes;
     uint8_t* vs = ks + S::kTileBytes;
-    for (int i = tid; i < n * kChunks; i += kGroupThreads) {
-      const int r = i / kChunks, c = i % kChunks;
+    for (int i = tid; i < n * chunks; i += kGroupThreads) {
+      const int r = i / chunks, c = i % chunks;
       const int64_t key = k0 + r;
       const int64_t slot = static_cast<int64_t>(table[key >> bs_shift]) * p.block_size + (key & bs_mask);
-      CpAsync16(ks + r * S::kRowBytes + c * 16, k_base + slot * slot_bytes + c * 16);
-      CpAsync16(vs + r * S::kRowBytes + c * 16, v_base + slot * slot_bytes + c * 16);
+      if constexpr (S::kQuantized) {
+        CpAsync4(ks + r * S::kRowBytes + c * 4, k_base + slot * slot_bytes + c * 4);
+        CpAsync4(vs + r * S::kRowBytes + c * 4, v_base + slot * slot_bytes + c * 4);
+      } else {
+        CpAsync16(ks + r * S::kRowBytes + c * 16, k_base + slot * slot_bytes + c * 16);
+        CpAsync16(vs + r * S::kRowBytes + c * 16, v_base + slot * slot_bytes + c * 16);
+      }
     }
   };
 
@@ -231,14 +251,18 @@ __global__ void __launch_bounds__(kGroupThreads) GroupedAttentionKernel(PagedAtt
       const uint8_t* vs = ks + S::kTileBytes;
       // Scores: thread j takes key j for every head of the group (one read of the K row).
       if (tid < n) {
-        const T* k = reinterpret_cast<const T*>(ks + tid * S::kRowBytes);
+        const uint8_t* k_row = ks + tid * S::kRowBytes;
         float dot[G];
 #pragma unroll
         for (int g = 0; g < G; ++g) dot[g] = 0.0f;
 #pragma unroll 4
         for (int d = 0; d < HD; d += 8) {
           float kv[8];
-          LoadFloats<8>(k + d, kv);
+          if constexpr (S::kQuantized) {
+            DequantizeRun<8, HD>(k_row, d, qgroup, kv, T{});
+          } else {
+            LoadFloats<8>(reinterpret_cast<const T*>(k_row) + d, kv);
+          }
 #pragma unroll
           for (int g = 0; g < G; ++g) {
             const float4 qa = *reinterpret_cast<const float4*>(&q_s[g][d]);
@@ -290,7 +314,11 @@ __global__ void __launch_bounds__(kGroupThreads) GroupedAttentionKernel(PagedAtt
         for (int i = 0; i < kOut; ++i) acc[i] *= c;
         for (int j = 0; j < n; ++j) {
           float v[kOut];
-          LoadFloats<kOut>(reinterpret_cast<const T*>(vs + j * S::kRowBytes) + od, v);
+          if constexpr (S::kQuantized) {
+            DequantizeRun<kOut, HD>(vs + j * S::kRowBytes, od, qgroup, v, T{});
+          } else {
+            LoadFloats<kOut>(reinterpret_cast<const T*>(vs + j * S::kRowBytes) + od, v);
+          }
           const float pj = p_s[og][j];
 #pragma unroll
           for (int i = 0; i < kOut; ++i) acc[i] = fmaf(pj, v[i], acc[i]);
@@ -408,6 +436,14 @@ template <typename T>
 bool TryGrouped(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream) {
   if (p.num_heads / p.num_kv_heads > kLargestGroup || p.num_tokens > 2147483647) return false;
   if ((p.block_size & (p.block_size - 1)) != 0) return false;
+  if constexpr (KVRowTraits<T>::kQuantized) {
+    // Rows copied in 4-byte pieces; runs of 8 values share an int8 scale.
+    const int64_t hd = p.head_dim, g = p.k_format.group < hd ? p.k_format.group : hd;
+    if (DeviceKVRowBytes(p.k_format) % 4 != 0 || DeviceKVRowBytes(p.v_format) != DeviceKVRowBytes(p.k_format)) {
+      return false;
+    }
+    if (p.k_format.quant == KVQuant::kInt8 && (g % 8 != 0 || p.v_format.group != p.k_format.group)) return false;
+  }
   if (p.head_dim == 128) {
     LaunchGrouped<T, 128>(p, max_keys, scratch, stream);
   } else if (p.head_dim == 64) {
@@ -430,23 +466,29 @@ void PagedAttention(const PagedAttentionParams& p, int64_t max_keys, float* scra
   PAGODA_CHECK(p.head_dim <= kThreads * kMaxPerThread) << "CUDA PagedAttention: head_dim " << p.head_dim << " > 512";
   PAGODA_CHECK(p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0) << "CUDA PagedAttention: head counts";
   PAGODA_CHECK(p.num_heads <= 65535) << "CUDA PagedAttention: too many heads";
-  bool done = false;
-  switch (p.kv_dtype) {
-    case DType::kF32: done = TryGrouped<float>(p, max_keys, scratch, stream); break;
-    case DType::kBF16: done = TryGrouped<__nv_bfloat16>(p, max_keys, scratch, stream); break;
-    case DType::kF16: done = TryGrouped<__half>(p, max_keys, scratch, stream); break;
-    default: break;
-  }
-  if (done) return;
+  PAGODA_CHECK(p.k_format.quant == p.v_format.quant)
+      << "CUDA PagedAttention: K in " << KVQuantName(p.k_format.quant) << ", V in " << KVQuantName(p.v_format.quant);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads));
   const size_t smem = (p.head_dim + kThreads) * sizeof(float);
-  switch (p.kv_dtype) {
-    case DType::kF32: PagedAttentionKernel<float><<<grid, kThreads, smem, stream>>>(p); break;
-    case DType::kBF16: PagedAttentionKernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(p); break;
-    case DType::kF16: PagedAttentionKernel<__half><<<grid, kThreads, smem, stream>>>(p); break;
-    default: ThrowUnsupported("CUDA PagedAttention: KV element type " + std::string(DTypeName(p.kv_dtype)));
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    if (TryGrouped<T>(p, max_keys, scratch, stream)) return;
+    PagedAttentionKernel<T><<<grid, kThreads, smem, stream>>>(p);
+    PAGODA_CUDA_CHECK_LAUNCH("PagedAttentionKernel");
+  };
+  switch (p.k_format.quant) {
+    case KVQuant::kNone:
+      switch (p.kv_dtype) {
+        case DType::kF32: return run(float{});
+        case DType::kBF16: return run(__nv_bfloat16{});
+        case DType::kF16: return run(__half{});
+        default: ThrowUnsupported("CUDA PagedAttention: KV element type " + std::string(DTypeName(p.kv_dtype)));
+      }
+    case KVQuant::kFp8E4M3: return run(Fp8E4M3Row{});
+    case KVQuant::kFp8E5M2: return run(Fp8E5M2Row{});
+    case KVQuant::kInt8: return run(Int8Row{});
+    default: ThrowUnsupported(std::string("CUDA PagedAttention: --kv-cache-dtype ") + KVQuantName(p.k_format.quant));
   }
-  PAGODA_CUDA_CHECK_LAUNCH("PagedAttentionKernel");
 }
 
 }  // namespace pagoda::cuda

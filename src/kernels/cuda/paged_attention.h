@@ -1,8 +1,11 @@
-// Paged attention on the device over an unquantized cache (f32, bf16 or f16 elements), with
-// the contract of kernels/params/attention_params.h; every pointer in `p` is a device
-// pointer (block_tables: a device array of [num_tokens] device pointers to the tokens'
-// block-table rows). The quantized formats and the wide side pool are not read here: the
-// backend refuses them when it makes the cache.
+// Paged attention on the device with the contract of kernels/params/attention_params.h, over
+// plain caches (f32, bf16 or f16 elements) and the per-token quantized formats fp8_e4m3,
+// fp8_e5m2 and int8 (k_format / v_format; rows dequantized in registers as code x scale, the
+// CPU's values: kernels/cuda/kv_codec.cuh). Every pointer in `p` is a device pointer
+// (block_tables: a device array of [num_tokens] device pointers to the tokens' block-table
+// rows). The other formats and the wide side pool are not read here: the backend refuses
+// them when it makes the cache. (bf16/f16 caches of head dims 64/128 normally go to the
+// tensor-core kernel, kernels/cuda/flash_attention.h.)
 //
 // Head dims 64 and 128 with up to 8 query heads per KV head (every Llama/Mistral/Qwen shape),
 // power-of-two block sizes: the grouped kernel. A block serves (token, KV head) for all the
@@ -15,6 +18,8 @@
 // and merges as it goes. The two modes do the same operations in the same order, so a token's
 // bits never depend on the rest of the batch.
 //
+// Quantized rows reach the grouped kernel when a row is a multiple of 4 bytes (int8: groups of
+// a multiple of 8 values); they are copied in 4-byte pieces and dequantized when read.
 // Other shapes: one thread block per (token, query head) over tiles of 128 keys (the first,
 // plain kernel). REQUIRES: head_dim <= 512.
 #pragma once

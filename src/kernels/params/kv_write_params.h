@@ -1,11 +1,13 @@
-// Writing the step's new K/V rows into their paged-cache slots (unquantized caches):
-// token t's K row goes to k_cache[slot_mapping[t]] and its V row to v_cache[slot_mapping[t]],
-// converted to the cache's element type (round to nearest even). A negative slot is skipped.
+// Writing the step's new K/V rows into their paged-cache slots: token t's K row goes to
+// k_cache[slot_mapping[t]] and its V row to v_cache[slot_mapping[t]], converted to the cache's
+// element type (round to nearest even), or quantized per (token, head) row in the layout of
+// kv/kv_codec.h when the array's format is quantized. A negative slot is skipped.
 #pragma once
 
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kv/kv_format.h"
 
 namespace pagoda {
 
@@ -21,6 +23,9 @@ struct KVWriteParams {
   void* k_cache = nullptr;               // [num_blocks * block_size, k_width] of dtype
   void* v_cache = nullptr;               // [num_blocks * block_size, v_width] of dtype
   DType dtype = DType::kF32;             // kF32, kBF16 or kF16
+  // Quantized arrays (quant != kNone): blocks of per-(token, head) rows of these formats;
+  // num_heads * head_dim equals k_width / v_width.
+  KVArrayFormat k_format, v_format;
 };
 
 }  // namespace pagoda

@@ -1,0 +1,130 @@
+// The KV row codecs of kv/kv_codec.h on the device, for the formats the CUDA backend stores:
+// plain rows (f32, bf16, f16), fp8 (e4m3 / e5m2: d codes, then an f32 scale) and int8 (d codes,
+// then ceil(d / group) f16 scales). A row is one (token, KV head); a block holds block_size x
+// num_kv_heads rows, token-major, so row (slot, head) starts at (slot * heads + head) * row
+// bytes, as in the wide layout.
+//
+// Quantizing gives the CPU codec's bytes exactly (the same roundings in the same order: scale
+// from the absolute maximum, rounded to its storage type first; codes round to nearest even;
+// fp8 saturates), so a block means the same on either backend; dequantizing is code x stored
+// scale in f32, as on the CPU. Element types: tags for the quantized formats, the element
+// type itself for plain rows.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/kv_types.cuh"
+#include "kv/kv_format.h"
+
+namespace pagoda::cuda {
+
+struct Fp8E4M3Row {};
+struct Fp8E5M2Row {};
+struct Int8Row {};
+
+template <typename T>
+struct KVRowTraits {  // plain rows of T
+  static constexpr bool kQuantized = false;
+  static constexpr int kCodeBytes = sizeof(T);
+};
+template <>
+struct KVRowTraits<Fp8E4M3Row> {
+  static constexpr bool kQuantized = true;
+  static constexpr int kCodeBytes = 1;
+  static constexpr float kMax = 448.0f;
+};
+template <>
+struct KVRowTraits<Fp8E5M2Row> {
+  static constexpr bool kQuantized = true;
+  static constexpr int kCodeBytes = 1;
+  static constexpr float kMax = 57344.0f;
+};
+template <>
+struct KVRowTraits<Int8Row> {
+  static constexpr bool kQuantized = true;
+  static constexpr int kCodeBytes = 1;
+};
+
+// Bytes of one row of `f` for the formats above (kv/kv_codec.cc's KVRowBytes); 0 for others.
+__host__ __device__ inline int64_t DeviceKVRowBytes(const KVArrayFormat& f) {
+  const int64_t d = f.head_dim;
+  switch (f.quant) {
+    case KVQuant::kNone: return d * (f.dtype == DType::kF32 ? 4 : 2);
+    case KVQuant::kFp8E4M3:
+    case KVQuant::kFp8E5M2: return d + 4;
+    case KVQuant::kInt8: {
+      const int64_t g = f.group < d ? f.group : d;
+      return d + 2 * ((d + g - 1) / g);
+    }
+    default: return 0;
+  }
+}
+
+__device__ __forceinline__ float Fp8ToFloat(uint8_t c, Fp8E4M3Row) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3)));
+}
+__device__ __forceinline__ float Fp8ToFloat(uint8_t c, Fp8E5M2Row) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E5M2)));
+}
+__device__ __forceinline__ uint8_t FloatToFp8(float x, Fp8E4M3Row) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ uint8_t FloatToFp8(float x, Fp8E5M2Row) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E5M2));
+}
+
+// An unaligned little-endian f32 / f16 in a row (row bytes need not be multiples of 4).
+__device__ __forceinline__ float LoadRowF32(const uint8_t* p) {
+  const uint32_t u = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+  return __uint_as_float(u);
+}
+__device__ __forceinline__ float LoadRowF16(const uint8_t* p) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(p[0] | p[1] << 8)));
+}
+
+// Value i of a row (generic, one at a time): head_dim d, int8 group size g.
+template <typename T>
+__device__ __forceinline__ float DequantizeAt(const uint8_t* row, int64_t i, int64_t, int64_t) {
+  return ToFloat(reinterpret_cast<const T*>(row)[i]);
+}
+template <>
+__device__ __forceinline__ float DequantizeAt<Fp8E4M3Row>(const uint8_t* row, int64_t i, int64_t d, int64_t) {
+  return __fmul_rn(Fp8ToFloat(row[i], Fp8E4M3Row{}), LoadRowF32(row + d));
+}
+template <>
+__device__ __forceinline__ float DequantizeAt<Fp8E5M2Row>(const uint8_t* row, int64_t i, int64_t d, int64_t) {
+  return __fmul_rn(Fp8ToFloat(row[i], Fp8E5M2Row{}), LoadRowF32(row + d));
+}
+template <>
+__device__ __forceinline__ float DequantizeAt<Int8Row>(const uint8_t* row, int64_t i, int64_t d, int64_t g) {
+  return __fmul_rn(static_cast<float>(static_cast<int8_t>(row[i])), LoadRowF16(row + d + 2 * (i / g)));
+}
+
+// N consecutive values [i, i + N) of a quantized row held in shared memory: the codes are
+// 8-byte aligned for N = 8 (the row starts 16-byte aligned and i is a multiple of N), the
+// f32 / f16 scales 4- / 2-byte aligned (d a multiple of 4); for int8 the N values share one
+// scale (group a multiple of N). HD: head_dim.
+template <int N, int HD>
+__device__ __forceinline__ void DequantizeRun(const uint8_t* row, int i, int, float* v, Fp8E4M3Row tag) {
+  const float s = *reinterpret_cast<const float*>(row + HD);
+#pragma unroll
+  for (int j = 0; j < N; ++j) v[j] = __fmul_rn(Fp8ToFloat(row[i + j], tag), s);
+}
+template <int N, int HD>
+__device__ __forceinline__ void DequantizeRun(const uint8_t* row, int i, int, float* v, Fp8E5M2Row tag) {
+  const float s = *reinterpret_cast<const float*>(row + HD);
+#pragma unroll
+  for (int j = 0; j < N; ++j) v[j] = __fmul_rn(Fp8ToFloat(row[i + j], tag), s);
+}
+template <int N, int HD>
+__device__ __forceinline__ void DequantizeRun(const uint8_t* row, int i, int g, float* v, Int8Row) {
+  const float s = __half2float(*reinterpret_cast<const __half*>(row + HD + 2 * (i / g)));
+#pragma unroll
+  for (int j = 0; j < N; ++j) v[j] = __fmul_rn(static_cast<float>(static_cast<int8_t>(row[i + j])), s);
+}
+
+}  // namespace pagoda::cuda
