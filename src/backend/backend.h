@@ -76,6 +76,19 @@ struct AttentionLayer {
   int64_t sliding_window = 0;  // 0: full attention
 };
 
+// One layer's attention inputs (Backend::WriteAttentionInputs): q, k and v rows from src_q,
+// src_k, src_v (column ranges of a stacked q|k|v product, or q, k, v themselves), the
+// contiguous buffers q, k, v, optional biases, and the layer's RoPE and shape.
+struct AttentionInputs {
+  TensorView src_q, src_k, src_v;                          // [n, heads * head_dim] f32, any row stride
+  TensorView q, k, v;                                      // [n, heads * head_dim] f32, contiguous
+  const TensorView* bq = nullptr;                          // [heads * head_dim]; null: no bias
+  const TensorView* bk = nullptr;
+  const TensorView* bv = nullptr;
+  const RopeParams* rope = nullptr;                        // applied to q and k at offset 0
+  AttentionLayer layer;                                    // heads, KV heads, head dim, scale
+};
+
 // A MoE layer's weights as prepared by the backend (model/arch/moe.h explains the routing).
 struct MoeLayer {
   Weight router;                      // [num_experts, dim]
@@ -184,6 +197,13 @@ class Backend {
   // The query-aware policy's observation (heavy tokens); a no-op when the cache has none.
   virtual void ObserveQueries(KVCache& cache, int64_t layer, const TensorView& q, int64_t num_heads,
                               float scale) = 0;
+  // A Llama-family layer's attention inputs in one call: q, k, v copied from in.src_* into
+  // in.q/k/v (unless they are the same), the biases added, RoPE on q and k, k and v written
+  // into the cache (WriteKV), the queries observed (ObserveQueries). Afterwards in.q holds the
+  // rotated queries; in.k and in.v are scratch (a backend may write K/V straight into the cache
+  // without them). The default runs those ops in that order; a backend may fuse them if the
+  // results are the same bits.
+  virtual void WriteAttentionInputs(KVCache& cache, int64_t layer, const AttentionInputs& in);
   // out [n, num_heads * head_dim] = softmax(q K^T * scale) V over each token's sequence.
   virtual void PagedAttention(KVCache& cache, int64_t layer, const AttentionLayer& a, const TensorView& q,
                               const TensorView& out) = 0;

@@ -16,10 +16,12 @@
 #include "core/logging.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cuda/argmax.h"
+#include "kernels/cuda/attention_inputs.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/mla_attention.h"
 #include "kernels/cuda/norm.h"
@@ -84,6 +86,15 @@ struct CudaBackend::State {
     DeviceScratch device;
   };
   std::vector<RopeEntry> ropes;
+  // inv_freq on the device, uploaded once per distinct table.
+  const double* RopeTable(const RopeParams& rope) {
+    for (RopeEntry& e : ropes) {
+      if (e.inv_freq == rope.inv_freq) return e.device.Get<double>(0);
+    }
+    RopeEntry& e = ropes.emplace_back();
+    e.inv_freq = rope.inv_freq;
+    return e.device.Upload(rope.inv_freq.data(), static_cast<int64_t>(rope.inv_freq.size()));
+  }
 
   // MoE scratch (host routing).
   DeviceScratch moe_logits, moe_x, moe_gate, moe_up, moe_y, moe_out, moe_rows, moe_dest, moe_weights;
@@ -520,20 +531,10 @@ void CudaBackend::Rope(const RopeParams& rope, const TensorView& x, int64_t num_
   OpTimer timer(s_.get(), "Rope");
   if (s_->graphs->replaying()) return;  // the step's graph does it
   PAGODA_CHECK(s_->step != nullptr) << "CudaBackend: an op before BeginStep";
-  // inv_freq on the device, uploaded once per distinct table.
-  State::RopeEntry* entry = nullptr;
-  for (State::RopeEntry& e : s_->ropes) {
-    if (e.inv_freq == rope.inv_freq) entry = &e;
-  }
-  if (entry == nullptr) {
-    entry = &s_->ropes.emplace_back();
-    entry->inv_freq = rope.inv_freq;
-    entry->device.Upload(rope.inv_freq.data(), static_cast<int64_t>(rope.inv_freq.size()));
-  }
   RopeApplyParams p;
   p.x = x.f32();
   p.positions = s_->positions.Get<int32_t>(0);
-  p.inv_freq = entry->device.Get<double>(0);
+  p.inv_freq = s_->RopeTable(rope);
   p.num_tokens = x.rows;
   p.num_heads = num_heads;
   p.head_stride = head_stride;
@@ -566,6 +567,49 @@ void CudaBackend::WriteKV(KVCache& cache, int64_t layer, const TensorView& k, co
   p.k_format = c.k_format(layer);
   p.v_format = c.v_format(layer);
   cuda::WriteKV(p, s_->stream);
+}
+
+void CudaBackend::WriteAttentionInputs(KVCache& cache, int64_t layer, const AttentionInputs& in) {
+  const AttentionLayer& a = in.layer;
+  if (a.head_dim > cuda::kMaxKVQuantDim || in.rope == nullptr || in.rope->dim > a.head_dim) {
+    Backend::WriteAttentionInputs(cache, layer, in);  // the separate ops
+    return;
+  }
+  OpTimer timer(s_.get(), "WriteAttentionInputs");
+  if (s_->graphs->replaying()) return;  // the step's graph does it
+  CudaKVCache& c = AsCudaKVCache(cache);
+  const int64_t qw = a.num_heads * a.head_dim, kw = a.num_kv_heads * a.head_dim;
+  PAGODA_CHECK(in.q.contiguous() && in.q.cols == qw && in.src_q.cols == qw && in.src_k.cols == kw &&
+               in.src_v.cols == kw && c.k_width() == kw && c.v_width() == kw)
+      << "WriteAttentionInputs: q/k/v of " << in.src_q.cols << "/" << in.src_k.cols << "/" << in.src_v.cols
+      << " columns, cache rows of " << c.k_width() << "/" << c.v_width();
+  cuda::AttentionInputsParams p;
+  p.src_q = in.src_q.f32();
+  p.src_k = in.src_k.f32();
+  p.src_v = in.src_v.f32();
+  p.src_q_stride = in.src_q.row_stride;
+  p.src_k_stride = in.src_k.row_stride;
+  p.src_v_stride = in.src_v.row_stride;
+  p.bq = in.bq != nullptr ? in.bq->f32() : nullptr;
+  p.bk = in.bk != nullptr ? in.bk->f32() : nullptr;
+  p.bv = in.bv != nullptr ? in.bv->f32() : nullptr;
+  p.q = in.q.f32();
+  p.num_tokens = in.q.rows;
+  p.num_heads = a.num_heads;
+  p.num_kv_heads = a.num_kv_heads;
+  p.head_dim = a.head_dim;
+  p.positions = s_->positions.Get<int32_t>(0);
+  p.inv_freq = s_->RopeTable(*in.rope);
+  p.rope_dim = in.rope->dim;
+  p.interleaved = in.rope->interleaved;
+  p.magnitude = in.rope->magnitude;
+  p.slot_mapping = s_->slots.Get<int64_t>(0);
+  p.k_cache = c.k(layer);
+  p.v_cache = c.v(layer);
+  p.dtype = c.shape().dtype;
+  p.k_format = c.k_format(layer);
+  p.v_format = c.v_format(layer);
+  cuda::WriteAttentionInputs(p, s_->stream);
 }
 
 void CudaBackend::ObserveQueries(KVCache&, int64_t, const TensorView&, int64_t, float) {

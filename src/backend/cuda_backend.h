@@ -73,6 +73,8 @@ class CudaBackend : public Backend {
             int64_t offset) override;
   void WriteKV(KVCache& cache, int64_t layer, const TensorView& k, const TensorView& v) override;
   void ObserveQueries(KVCache& cache, int64_t layer, const TensorView& q, int64_t num_heads, float scale) override;
+  // One kernel (kernels/cuda/attention_inputs.h): the separate ops' bits.
+  void WriteAttentionInputs(KVCache& cache, int64_t layer, const AttentionInputs& in) override;
   void PagedAttention(KVCache& cache, int64_t layer, const AttentionLayer& a, const TensorView& q,
                       const TensorView& out) override;
   void MlaAttention(KVCache& cache, int64_t layer, int64_t num_heads, float scale, const TensorView& q,

@@ -127,4 +127,59 @@ __device__ __forceinline__ void DequantizeRun(const uint8_t* row, int i, int g, 
   for (int j = 0; j < N; ++j) v[j] = __fmul_rn(static_cast<float>(static_cast<int8_t>(row[i + j])), s);
 }
 
+// ---- quantizing one (token, head) row, by a thread block ----
+// Every thread of the block calls these (they synchronize); x [d] f32, row: the cache row.
+
+constexpr int kMaxKVQuantDim = 512;  // the largest head_dim quantized on the device
+
+
+// The absolute maximum as ordered int bits (non-negative floats order as their bits); NaN is
+// skipped, as std::max skips it on the CPU.
+__device__ __forceinline__ void KVMaxAbs(int* slot, float x) {
+  const float a = fabsf(x);
+  if (!isnan(a)) atomicMax(slot, __float_as_int(a));
+}
+
+// One (token, head) row x [d] into `row`, by the block's threads (kv/kv_codec.cc's QuantizeFp8).
+template <typename Tag>
+__device__ inline void QuantizeFp8Row(const float* x, uint8_t* row, int d, float tensor_scale) {
+  __shared__ int amax_bits;
+  if (threadIdx.x == 0) amax_bits = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < d; i += blockDim.x) KVMaxAbs(&amax_bits, x[i]);
+  __syncthreads();
+  constexpr float kMax = KVRowTraits<Tag>::kMax;
+  float scale = tensor_scale > 0.0f ? tensor_scale : __fdiv_rn(__int_as_float(amax_bits), kMax);
+  if (!(scale > 0.0f) || isinf(scale)) scale = scale > 0.0f ? __fdiv_rn(3.0e38f, kMax) : 1.0f;
+  const float inv = __fdiv_rn(1.0f, scale);
+  for (int i = threadIdx.x; i < d; i += blockDim.x) row[i] = FloatToFp8(__fmul_rn(x[i], inv), Tag{});
+  if (threadIdx.x < 4) row[d + threadIdx.x] = static_cast<uint8_t>(__float_as_uint(scale) >> (8 * threadIdx.x));
+}
+
+// kv/kv_codec.cc's QuantizeInt for int8: symmetric codes, one f16 scale per group of g values.
+// REQUIRES: d even (the scales 2-byte aligned).
+__device__ inline void QuantizeInt8Row(const float* x, uint8_t* row, int d, int g) {
+  __shared__ int amax_bits[kMaxKVQuantDim];
+  __shared__ float scales[kMaxKVQuantDim];
+  const int groups = (d + g - 1) / g;
+  for (int j = threadIdx.x; j < groups; j += blockDim.x) amax_bits[j] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < d; i += blockDim.x) KVMaxAbs(&amax_bits[i / g], x[i]);
+  __syncthreads();
+  for (int j = threadIdx.x; j < groups; j += blockDim.x) {
+    const __half h = __float2half_rn(fminf(__fdiv_rn(__int_as_float(amax_bits[j]), 127.0f), 65504.0f));
+    // One 16-bit store (rows and head dims are even), as the f16 cache's write does: two byte
+    // stores of the halves came out with a zero low byte on the H200 (sm_90a, CUDA 13).
+    *reinterpret_cast<unsigned short*>(row + d + 2 * j) = __half_as_ushort(h);
+    scales[j] = __half2float(h);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    const float s = scales[i / g];
+    const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+    const float q = fminf(fmaxf(rintf(__fmul_rn(x[i], inv)), -127.0f), 127.0f);
+    row[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+  }
+}
+
 }  // namespace pagoda::cuda

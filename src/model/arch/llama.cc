@@ -164,24 +164,31 @@ void LlamaModel::Forward(const StepDescription& step, Backend& backend, KVCache&
     if (observer && observer->on_hidden) observer->on_hidden(l, B.x.f32(), n, spec_.dim);
     const Layer& L = layers_[l];
     backend.RmsNorm(B.x, L.attn_norm.view, spec_.norm_eps, B.h);
-    if (!L.qkv.empty()) {  // one stacked MatMul, then q | k | v split per token
+    AttentionInputs in;
+    in.q = B.q;
+    in.k = B.k;
+    in.v = B.v;
+    if (!L.qkv.empty()) {  // one stacked MatMul; q | k | v are its column ranges
       const TensorView fused = B.fused.As(n, q_dim + 2 * kv_dim);
       backend.MatMul(L.qkv, B.h, fused);
-      backend.Copy(fused.ColRange(0, q_dim), B.q);
-      backend.Copy(fused.ColRange(q_dim, kv_dim), B.k);
-      backend.Copy(fused.ColRange(q_dim + kv_dim, kv_dim), B.v);
+      in.src_q = fused.ColRange(0, q_dim);
+      in.src_k = fused.ColRange(q_dim, kv_dim);
+      in.src_v = fused.ColRange(q_dim + kv_dim, kv_dim);
     } else {
       backend.MatMul(L.wq, B.h, B.q);
       backend.MatMul(L.wk, B.h, B.k);
       backend.MatMul(L.wv, B.h, B.v);
+      in.src_q = B.q;
+      in.src_k = B.k;
+      in.src_v = B.v;
     }
-    if (!L.bq.empty()) backend.AddBias(L.bq.view, B.q);
-    if (!L.bk.empty()) backend.AddBias(L.bk.view, B.k);
-    if (!L.bv.empty()) backend.AddBias(L.bv.view, B.v);
-    backend.Rope(rope_, B.q, spec_.num_heads, hd, 0);
-    backend.Rope(rope_, B.k, spec_.num_kv_heads, hd, 0);
-    backend.WriteKV(cache, l, B.k, B.v);
-    backend.ObserveQueries(cache, l, B.q, spec_.num_heads, attention.scale);
+    if (!L.bq.empty()) in.bq = &L.bq.view;
+    if (!L.bk.empty()) in.bk = &L.bk.view;
+    if (!L.bv.empty()) in.bv = &L.bv.view;
+    in.rope = &rope_;
+    in.layer = attention;
+    // Biases, RoPE, the K/V write (one kernel on the GPU).
+    backend.WriteAttentionInputs(cache, l, in);
     backend.PagedAttention(cache, l, attention, B.q, B.attn);
     // The residual adds and silu(gate) * up run inside the MatMul, on each work item's block
     // while it is in cache (the same bits as the separate ops).

@@ -1,0 +1,104 @@
+#include "kernels/cuda/attention_inputs.h"
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kv_codec.cuh"
+#include "kernels/cuda/kv_types.cuh"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+template <typename T>
+__device__ inline void StorePlainRow(const float* row, void* cache, int64_t slot, int64_t width, int64_t head, int d) {
+  T* out = static_cast<T*>(cache) + slot * width + head * d;
+  for (int i = threadIdx.x; i < d; i += kThreads) out[i] = FromFloat<T>(row[i]);
+}
+
+// Block (token t, row h): h < num_heads: query head h; then the KV heads' K rows, then their V
+// rows.
+__global__ void __launch_bounds__(kThreads) AttentionInputsKernel(AttentionInputsParams p) {
+  __shared__ float row[kMaxKVQuantDim];
+  const int64_t t = blockIdx.x;
+  const int64_t hq = p.num_heads, hk = p.num_kv_heads;
+  const int64_t h = blockIdx.y;
+  const int kind = h < hq ? 0 : h < hq + hk ? 1 : 2;  // q, k, v
+  const int64_t head = kind == 0 ? h : kind == 1 ? h - hq : h - hq - hk;
+  const int d = static_cast<int>(p.head_dim);
+  const float* src = kind == 0 ? p.src_q + t * p.src_q_stride : kind == 1 ? p.src_k + t * p.src_k_stride
+                                                                          : p.src_v + t * p.src_v_stride;
+  const float* bias = kind == 0 ? p.bq : kind == 1 ? p.bk : p.bv;
+  src += head * d;
+  for (int i = threadIdx.x; i < d; i += kThreads) {
+    row[i] = bias != nullptr ? __fadd_rn(src[i], bias[head * d + i]) : src[i];
+  }
+  __syncthreads();
+  if (kind < 2 && p.rope_dim > 0) {
+    const int half = static_cast<int>(p.rope_dim / 2);
+    for (int j = threadIdx.x; j < half; j += kThreads) {
+      const double angle = static_cast<double>(p.positions[t]) * p.inv_freq[j];
+      const float c = static_cast<float>(cos(angle) * p.magnitude);
+      const float s = static_cast<float>(sin(angle) * p.magnitude);
+      const int i0 = p.interleaved ? 2 * j : j;
+      const int i1 = p.interleaved ? 2 * j + 1 : j + half;
+      const float a = row[i0], b = row[i1];
+      row[i0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+      row[i1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    }
+    __syncthreads();
+  }
+  if (kind == 0) {
+    float* out = p.q + t * hq * d + head * d;
+    for (int i = threadIdx.x; i < d; i += kThreads) out[i] = row[i];
+    return;
+  }
+  const int64_t slot = p.slot_mapping[t];
+  if (slot < 0) return;  // the whole block: no barrier follows for anyone
+  const KVArrayFormat& f = kind == 1 ? p.k_format : p.v_format;
+  void* cache = kind == 1 ? p.k_cache : p.v_cache;
+  switch (f.quant) {
+    case KVQuant::kNone:
+      switch (p.dtype) {
+        case DType::kF32: StorePlainRow<float>(row, cache, slot, hk * d, head, d); break;
+        case DType::kBF16: StorePlainRow<__nv_bfloat16>(row, cache, slot, hk * d, head, d); break;
+        default: StorePlainRow<__half>(row, cache, slot, hk * d, head, d); break;
+      }
+      return;
+    case KVQuant::kFp8E4M3:
+    case KVQuant::kFp8E5M2:
+    case KVQuant::kInt8: {
+      uint8_t* out = static_cast<uint8_t*>(cache) + (slot * hk + head) * DeviceKVRowBytes(f);
+      if (f.quant == KVQuant::kFp8E4M3) {
+        QuantizeFp8Row<Fp8E4M3Row>(row, out, d, f.tensor_scale);
+      } else if (f.quant == KVQuant::kFp8E5M2) {
+        QuantizeFp8Row<Fp8E5M2Row>(row, out, d, f.tensor_scale);
+      } else {
+        QuantizeInt8Row(row, out, d, static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim));
+      }
+      return;
+    }
+    default: return;  // refused on the host
+  }
+}
+
+}  // namespace
+
+void WriteAttentionInputs(const AttentionInputsParams& p, cudaStream_t stream) {
+  if (p.num_tokens <= 0) return;
+  PAGODA_CHECK(p.head_dim > 0 && p.head_dim <= kMaxKVQuantDim && p.rope_dim <= p.head_dim)
+      << "WriteAttentionInputs: head_dim " << p.head_dim << ", rope dim " << p.rope_dim;
+  PAGODA_CHECK(p.k_format.quant == p.v_format.quant) << "WriteAttentionInputs: K and V in different formats";
+  PAGODA_CHECK(p.k_format.quant == KVQuant::kNone || p.k_format.quant == KVQuant::kFp8E4M3 ||
+               p.k_format.quant == KVQuant::kFp8E5M2 || p.k_format.quant == KVQuant::kInt8)
+      << "WriteAttentionInputs: KV format " << KVQuantName(p.k_format.quant);
+  PAGODA_CHECK(p.k_format.quant != KVQuant::kNone || p.dtype == DType::kF32 || p.dtype == DType::kBF16 ||
+               p.dtype == DType::kF16)
+      << "WriteAttentionInputs: KV element type " << DTypeName(p.dtype);
+  PAGODA_CHECK(p.num_tokens <= 2147483647 && p.num_heads + 2 * p.num_kv_heads <= 65535)
+      << "WriteAttentionInputs: grid too large";
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads + 2 * p.num_kv_heads));
+  AttentionInputsKernel<<<grid, kThreads, 0, stream>>>(p);
+  PAGODA_CUDA_CHECK_LAUNCH("AttentionInputsKernel");
+}
+
+}  // namespace pagoda::cuda
