@@ -4,7 +4,7 @@
 // to f32, then the f32 rotation, as kernels/cuda/rope.cu), q written out, k and v written into
 // the token's cache slot: converted to the cache's element type, or quantized per row (fp8,
 // int8: kernels/cuda/kv_codec.cuh). The same operations in the same order as the separate
-// Copy, AddBias, Rope and WriteKV kernels, so the same bits, in one launch instead of eight.
+// Copy, AddBias, Rope and WriteKV kernels, so the same bits, in one launch instead of six to nine.
 #pragma once
 
 #include <cuda_runtime.h>
