@@ -123,6 +123,10 @@ std::shared_ptr<RequestStream> AsyncEngine::Submit(std::vector<RequestSpec> spec
   stream->n_ = n;
   stream->log_id_ = std::move(log_id);
   RunCommand([&] {
+    if (const std::string failure = Failure(); !failure.empty()) {
+      ThrowError(ErrorCode::kInternal, "the engine failed (" + failure +
+                                           "): this server cannot run requests until it is restarted");
+    }
     const int64_t waiting = engine_.Stats().num_waiting;
     if (options_.max_queue > 0 && waiting + num_prompts > options_.max_queue) {
       ThrowError(ErrorCode::kResourceExhausted,
@@ -205,6 +209,31 @@ EngineStats AsyncEngine::Stats() const {
   return stats_;
 }
 
+std::string AsyncEngine::Failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void AsyncEngine::Fail(const std::string& what) {
+  PAGODA_LOG(kError) << "engine step failed: " << what << "; aborting " << streams_.size()
+                     << " request(s) in flight and refusing new ones (restart the server)";
+  {
+    // Before the streams close: whoever sees them closed sees the failure too.
+    std::lock_guard<std::mutex> lock(mu_);
+    failure_ = what;
+    num_unfinished_ = 0;
+  }
+  for (auto& [id, e] : streams_) {
+    try {
+      engine_.Abort(id);
+    } catch (const std::exception&) {
+      // The engine's state after a failed step is not trusted; the stream closes anyway.
+    }
+    e.stream->CloseAborted();
+  }
+  streams_.clear();
+}
+
 int64_t AsyncEngine::NumUnfinished() const {
   std::lock_guard<std::mutex> lock(mu_);
   return num_unfinished_;
@@ -217,14 +246,20 @@ void AsyncEngine::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::seconds(1),
-                   [&] { return stop_ || !commands_.empty() || engine_.HasUnfinished(); });
+                   [&] { return stop_ || !commands_.empty() || (engine_.HasUnfinished() && failure_.empty()); });
       commands.swap(commands_);
       if (stop_ && commands.empty()) break;
     }
     for (auto& c : commands) c();
-    if (engine_.HasUnfinished()) {
+    if (engine_.HasUnfinished() && Failure().empty()) {
       const int64_t steps_before = engine_.Stats().steps;
-      std::vector<RequestOutput> outs = engine_.Step();
+      std::vector<RequestOutput> outs;
+      try {
+        outs = engine_.Step();
+      } catch (const std::exception& e) {
+        Fail(e.what());
+        continue;
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_ = engine_.Stats();

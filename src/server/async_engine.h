@@ -13,6 +13,11 @@
 // waiting queue is full, a 503); a bad request never reaches the engine, so it never
 // harms the others.
 //
+// A step that throws (a device error, a bug) does not end the process: the engine thread
+// logs it, aborts every request in flight (their streams finish with kAbort) and marks the
+// engine failed; from then on Submit throws kInternal with the reason and Failure() returns
+// it (the server's /health answers 503), until the server is restarted.
+//
 // Thread safety: every public method may be called from any thread.
 #pragma once
 
@@ -104,6 +109,8 @@ class AsyncEngine {
   EngineStats Stats() const;
   // Requests submitted and not finished.
   int64_t NumUnfinished() const;
+  // Empty while the engine works; after a step threw, what it threw.
+  std::string Failure() const;
   int64_t max_model_len() const { return max_model_len_; }
 
  private:
@@ -115,6 +122,7 @@ class AsyncEngine {
   void RunCommand(std::function<void()> fn);  // runs fn on the engine thread, waits
   void Dispatch(std::vector<RequestOutput>& outs);
   void MaybeLogStats(bool force);
+  void Fail(const std::string& what);  // engine thread: abort everything, refuse the rest
 
   Engine& engine_;
   ServerMetrics* metrics_;
@@ -127,6 +135,7 @@ class AsyncEngine {
   bool stop_ = false;
   EngineStats stats_;
   int64_t num_unfinished_ = 0;
+  std::string failure_;  // a step threw: every later Submit is refused
 
   // Engine thread only.
   std::map<int64_t, Entry> streams_;  // engine id of a prompt's first sample -> its stream

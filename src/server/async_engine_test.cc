@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <thread>
 
+#include "backend/cpu_backend.h"
 #include "core/error.h"
 #include "model/model.h"
 #include "server/metrics.h"
@@ -100,6 +102,48 @@ TEST_F(AsyncEngineTest, BadRequestThrowsToItsSubmitterOnly) {
   EXPECT_THROW(async.Submit({Greedy({1, 2}, 5), Greedy({}, 5)}, "mixed"), Error);
   EXPECT_EQ(Tokens(*good)[0].size(), 30u);
   EXPECT_EQ(async.NumUnfinished(), 0);
+}
+
+// The CPU backend, whose MatMul throws once `fail` is set (a device error mid-step).
+class FailingBackend : public CpuBackend {
+ public:
+  std::atomic<bool> fail{false};
+  void MatMul(const Weight& w, const TensorView& x, const TensorView& y, const Epilogue& ep) override {
+    if (fail) ThrowError(ErrorCode::kInternal, "injected device error");
+    CpuBackend::MatMul(w, x, y, ep);
+  }
+};
+
+// A step that throws ends the requests in flight (aborted), not the process: later requests
+// are refused with the reason, and Failure() reports it.
+TEST_F(AsyncEngineTest, AFailedStepAbortsTheRequestsInFlightAndRefusesNewOnes) {
+  FailingBackend backend;
+  LoadOptions options;
+  options.backend = &backend;
+  auto model = LoadModel(Fixture("models/stories260K/stories260K.bin"), options);
+  Engine engine(*model, tokenizer_.get(), Config());
+  AsyncEngine async(engine, nullptr, AsyncEngineOptions{});
+  auto a = async.Submit({Greedy({1, 2, 3}, 200)}, "a");
+  auto b = async.Submit({Greedy({1, 5}, 200)}, "b");
+  std::vector<ChoiceOutput> first;
+  while (first.empty() && a->Wait(&first, std::chrono::milliseconds(100))) {
+  }
+  ASSERT_FALSE(first.empty()) << "request a produced nothing before the failure";
+  backend.fail = true;
+  for (auto* stream : {a.get(), b.get()}) {
+    const std::vector<ChoiceOutput> rest = stream->WaitAll();
+    ASSERT_FALSE(rest.empty());
+    EXPECT_EQ(rest.back().output.finish_reason, FinishReason::kAbort);
+  }
+  EXPECT_NE(async.Failure().find("injected device error"), std::string::npos) << async.Failure();
+  EXPECT_EQ(async.NumUnfinished(), 0);
+  try {
+    async.Submit({Greedy({1, 2}, 5)}, "after");
+    ADD_FAILURE() << "a request was accepted after the engine failed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInternal);
+    EXPECT_NE(std::string(e.what()).find("restarted"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(AsyncEngineTest, SeveralPromptsAndSamplesAreNumberedPromptMajor) {

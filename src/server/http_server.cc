@@ -191,7 +191,14 @@ void HttpServer::Routes() {
   });
   s.Get("/v1/models",
         [this](const httplib::Request&, httplib::Response& res) { HandleModels(res); });
-  s.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    // 503 once a step has failed (AsyncEngine::Failure): the server cannot run requests.
+    if (const std::string failure = engine_.Failure(); !failure.empty()) {
+      SendError(res, "", 503, "the engine failed: " + failure);
+      return;
+    }
+    res.status = 200;
+  });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.Render(engine_.Stats()), "text/plain; version=0.0.4; charset=utf-8");
   });
