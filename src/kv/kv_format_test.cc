@@ -81,5 +81,44 @@ TEST(KVFormatTest, AMissingElementTypeIsRefused) {
   EXPECT_NE(Refusal(f32, bf16_only).find("f32"), std::string::npos) << Refusal(f32, bf16_only);
 }
 
+// The per-layer formats both backends store: skipped layers and an unquantized cache are plain
+// dtype rows; kivi2 keys are per channel, its values per token; MLA's k_pe (quantize_v false)
+// stays plain; V takes head_dim_v.
+TEST(KVFormatTest, LayerFormatsFollowTheShape) {
+  KVQuantOptions o;
+  o.skip_layers = {0, 3};
+  o.group_size = 16;
+  const KVStorageShape s = Quantized(KVCacheDType::kInt8, o);
+  for (int64_t l = 0; l < s.num_layers; ++l) {
+    const KVLayerFormats f = LayerKVFormats(s, l);
+    const bool wide = l == 0 || l == 3;
+    EXPECT_EQ(f.k.quant, wide ? KVQuant::kNone : KVQuant::kInt8) << "layer " << l;
+    EXPECT_EQ(f.v.quant, f.k.quant) << "layer " << l;
+    EXPECT_EQ(f.k.dtype, DType::kBF16);
+    EXPECT_EQ(f.k.group, 16);
+    EXPECT_EQ(f.k.num_heads, 2);
+    EXPECT_EQ(f.k.head_dim, 64);
+    EXPECT_FALSE(f.k.per_channel);
+  }
+  const KVStorageShape kivi = Quantized(KVCacheDType::kKivi2);
+  EXPECT_TRUE(LayerKVFormats(kivi, 1).k.per_channel);
+  EXPECT_FALSE(LayerKVFormats(kivi, 1).v.per_channel);
+
+  KVStorageShape mla = Quantized(KVCacheDType::kBF16);  // unquantized base
+  mla.num_kv_heads = 1;
+  mla.head_dim = 512;
+  mla.head_dim_v = 64;
+  mla = ApplyKVCacheFormat(mla, KVCacheDType::kFp8E4M3, {}, /*mla=*/true);
+  const KVLayerFormats m = LayerKVFormats(mla, 2);
+  EXPECT_EQ(m.k.quant, KVQuant::kFp8E4M3);
+  EXPECT_EQ(m.k.head_dim, 512);
+  EXPECT_EQ(m.v.quant, KVQuant::kNone);  // k_pe stays bf16 (RoPE-aware)
+  EXPECT_EQ(m.v.head_dim, 64);
+
+  const KVLayerFormats plain = LayerKVFormats(Quantized(KVCacheDType::kBF16), 1);
+  EXPECT_EQ(plain.k.quant, KVQuant::kNone);
+  EXPECT_EQ(plain.v.quant, KVQuant::kNone);
+}
+
 }  // namespace
 }  // namespace pagoda
