@@ -1,0 +1,418 @@
+// Attention on the GPU against the CPU backend: paged attention over a grid (block sizes
+// 16/32/64, GQA 1..16, head dims 64/128, f32/bf16/f16 and fp8/int8 caches, windows) on ragged
+// steps with scrambled block tables, long contexts cut into splits, FlashAttention's three
+// launch shapes giving the same bits, MLA, and the fused attention-inputs kernel against the
+// separate ops.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "backend/cuda_backend.h"
+#include "core/dtype.h"
+#include "kernels/params/rope_params.h"
+#include "tests/cuda/cuda_ops_fixture.h"
+
+namespace pagoda {
+namespace {
+
+struct AttentionCase {
+  int64_t block_size, gqa, head_dim;
+  DType kv_dtype;
+  int64_t window;
+  KVQuant quant = KVQuant::kNone;  // quantized rows (kv_dtype: the wide type, unused here)
+  int64_t group = 32;              // int8 values per scale
+};
+
+class CudaAttentionTest : public CudaOpsTest, public ::testing::WithParamInterface<AttentionCase> {};
+
+// Two steps over three sequences (prefills of odd lengths, then a decode, a chunk continuing a
+// prompt and a one-token sequence), K/V written by WriteKV, attention through scrambled
+// block tables; then a copy-on-write CopyBlock read through a fresh table.
+TEST_P(CudaAttentionTest, PagedAttentionMatchesCpu) {
+  const AttentionCase& a = GetParam();
+  const int64_t kv_heads = 2, heads = kv_heads * a.gqa, hd = a.head_dim, bs = a.block_size;
+  StepCase c;
+  MakeTables({18, 63, 2}, bs, 7, &c);
+  KVStorageShape shape;
+  shape.num_layers = 2;
+  shape.num_blocks = c.num_blocks + 1;  // one spare block for the CopyBlock check
+  shape.block_size = bs;
+  shape.num_kv_heads = kv_heads;
+  shape.head_dim = hd;
+  shape.dtype = a.kv_dtype;
+  shape.quant = a.quant;
+  shape.group_size = a.group;
+  auto cache_c = cpu_.CreateKVCache(shape);
+  auto cache_g = gpu_->CreateKVCache(shape);
+  AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), a.window};
+  // f32 and quantized caches: f32 arithmetic on the CPU's dequantized values (the same codes);
+  // 16-bit caches: tensor cores (FlashAttention).
+  const double tol =
+      a.kv_dtype == DType::kF32 || a.quant != KVQuant::kNone ? kF32Tolerance : testing::kBf16AttentionTolerance;
+  const std::vector<std::vector<int64_t>> firsts = {{0, 0, 0}, {17, 50, 1}};
+  const std::vector<std::vector<int64_t>> counts = {{17, 50, 1}, {1, 13, 1}};
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    const StepDescription& step = BuildStep(&c, bs, firsts[s], counts[s], 100);
+    const int64_t n = step.num_tokens();
+    cpu_.BeginStep(step, *cache_c);
+    gpu_->BeginStep(step, *cache_g);
+    for (int64_t l = 0; l < 2; ++l) {
+      const uint32_t seed = 100 + 10 * s + l;
+      auto q = RandomVector(n * heads * hd, seed), k = RandomVector(n * kv_heads * hd, seed + 1000),
+           v = RandomVector(n * kv_heads * hd, seed + 2000);
+      std::vector<float> out(n * heads * hd);
+      cpu_.WriteKV(*cache_c, l, TensorView::F32(k.data(), n, kv_heads * hd), TensorView::F32(v.data(), n, kv_heads * hd));
+      cpu_.PagedAttention(*cache_c, l, layer, TensorView::F32(q.data(), n, heads * hd),
+                          TensorView::F32(out.data(), n, heads * hd));
+      const TensorView qg = arena_->Make(n, heads * hd, q), og = arena_->Make(n, heads * hd);
+      gpu_->WriteKV(*cache_g, l, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
+      gpu_->PagedAttention(*cache_g, l, layer, qg, og);
+      const double err = RelativeError(arena_->Read(og), out);
+      EXPECT_LE(err, tol) << "layer " << l;
+    }
+  }
+  // CopyBlock: sequence 1's first block copied to the spare block; a one-token query at
+  // position 5 through a table that names the copy reads the same keys.
+  const int32_t spare = static_cast<int32_t>(shape.num_blocks - 1);
+  cpu_.CopyBlock(*cache_c, c.tables[1][0], spare);
+  gpu_->CopyBlock(*cache_g, c.tables[1][0], spare);
+  StepBuilder b;
+  b.Reset(bs);
+  std::vector<int32_t> tokens(6, 3);
+  const std::vector<int32_t> table = {spare};
+  b.AddSequence(tokens, 5, 1, table);
+  // A decode whose own K/V would overwrite slot 5 of the copy: write the same values on both.
+  const StepDescription& step = b.Finish();
+  cpu_.BeginStep(step, *cache_c);
+  gpu_->BeginStep(step, *cache_g);
+  auto q = RandomVector(heads * hd, 900), k = RandomVector(kv_heads * hd, 901), v = RandomVector(kv_heads * hd, 902);
+  std::vector<float> out(heads * hd);
+  cpu_.WriteKV(*cache_c, 1, TensorView::F32(k.data(), 1, kv_heads * hd), TensorView::F32(v.data(), 1, kv_heads * hd));
+  cpu_.PagedAttention(*cache_c, 1, layer, TensorView::F32(q.data(), 1, heads * hd), TensorView::F32(out.data(), 1, heads * hd));
+  const TensorView og = arena_->Make(1, heads * hd);
+  gpu_->WriteKV(*cache_g, 1, arena_->Make(1, kv_heads * hd, k), arena_->Make(1, kv_heads * hd, v));
+  gpu_->PagedAttention(*cache_g, 1, layer, arena_->Make(1, heads * hd, q), og);
+  EXPECT_LE(RelativeError(arena_->Read(og), out), tol) << "after CopyBlock";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, CudaAttentionTest,
+    ::testing::Values(AttentionCase{16, 1, 64, DType::kF32, 0}, AttentionCase{16, 4, 128, DType::kBF16, 0},
+                      AttentionCase{32, 8, 64, DType::kBF16, 0}, AttentionCase{32, 1, 128, DType::kF32, 0},
+                      AttentionCase{16, 8, 128, DType::kF32, 0}, AttentionCase{32, 4, 64, DType::kF32, 0},
+                      AttentionCase{16, 4, 64, DType::kBF16, 19}, AttentionCase{32, 1, 128, DType::kF32, 7},
+                      AttentionCase{16, 4, 128, DType::kF16, 0}, AttentionCase{32, 16, 128, DType::kBF16, 0},
+                      AttentionCase{16, 3, 64, DType::kBF16, 23}, AttentionCase{64, 1, 64, DType::kF16, 5},
+                      // Quantized rows: the grouped kernel (4-byte rows, int8 groups of 8k)...
+                      AttentionCase{16, 4, 128, DType::kBF16, 0, KVQuant::kFp8E4M3},
+                      AttentionCase{32, 8, 64, DType::kBF16, 0, KVQuant::kFp8E5M2},
+                      AttentionCase{16, 1, 64, DType::kBF16, 19, KVQuant::kInt8, 32},
+                      AttentionCase{32, 3, 128, DType::kBF16, 0, KVQuant::kInt8, 16},
+                      AttentionCase{16, 2, 128, DType::kBF16, 0, KVQuant::kFp8E4M3},
+                      // ... and the plain kernel (G > 8; 130-byte int8 rows; groups of 12).
+                      AttentionCase{16, 16, 128, DType::kBF16, 0, KVQuant::kFp8E4M3},
+                      AttentionCase{32, 4, 128, DType::kBF16, 0, KVQuant::kInt8, 128},
+                      AttentionCase{16, 2, 64, DType::kBF16, 7, KVQuant::kInt8, 12}),
+    [](const auto& info) {
+      const AttentionCase& a = info.param;
+      std::string name = "bs" + std::to_string(a.block_size) + "_gqa" + std::to_string(a.gqa) + "_d" +
+                         std::to_string(a.head_dim) + "_" + std::string(DTypeName(a.kv_dtype)) + "_w" +
+                         std::to_string(a.window);
+      if (a.quant != KVQuant::kNone) name += std::string("_") + KVQuantName(a.quant) + "_g" + std::to_string(a.group);
+      return name;
+    });
+
+// Long contexts: a token's keys are cut into splits merged by log-sum-exp. Prefills of 2600 and
+// 5000 tokens (up to 16 splits; one layer with a 1500-key window) against the CPU; a prompt
+// token recomputed alone gives the bits it got in the prefill; a decode of the first sequence
+// alone and beside the second gives the same bits.
+TEST_F(CudaOpsTest, LongContextSplitsMatchCpuAndDoNotDependOnTheBatch) {
+  const int64_t kv_heads = 2, heads = 8, hd = 128, bs = 16;
+  StepCase c;
+  MakeTables({2601, 5001}, bs, 11, &c);
+  KVStorageShape shape;
+  shape.num_layers = 2;
+  shape.num_blocks = c.num_blocks;
+  shape.block_size = bs;
+  shape.num_kv_heads = kv_heads;
+  shape.head_dim = hd;
+  shape.dtype = DType::kBF16;
+  auto cache_c = cpu_.CreateKVCache(shape);
+  auto cache_g = gpu_->CreateKVCache(shape);
+  const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
+  const AttentionLayer layers[2] = {{heads, kv_heads, hd, scale, 0}, {heads, kv_heads, hd, scale, 1500}};
+  std::vector<float> q_last, out_last;  // layer 0, sequence 0's last prompt token (position 2599)
+  {
+    const StepDescription& step = BuildStep(&c, bs, {0, 0}, {2600, 5000}, 100);
+    const int64_t n = step.num_tokens();
+    cpu_.BeginStep(step, *cache_c);
+    gpu_->BeginStep(step, *cache_g);
+    for (int64_t l = 0; l < 2; ++l) {
+      SCOPED_TRACE("prefill, layer " + std::to_string(l));
+      auto q = RandomVector(n * heads * hd, 70 + l), k = RandomVector(n * kv_heads * hd, 80 + l),
+           v = RandomVector(n * kv_heads * hd, 90 + l);
+      std::vector<float> out(n * heads * hd);
+      cpu_.WriteKV(*cache_c, l, TensorView::F32(k.data(), n, kv_heads * hd), TensorView::F32(v.data(), n, kv_heads * hd));
+      cpu_.PagedAttention(*cache_c, l, layers[l], TensorView::F32(q.data(), n, heads * hd),
+                          TensorView::F32(out.data(), n, heads * hd));
+      const TensorView og = arena_->Make(n, heads * hd);
+      gpu_->WriteKV(*cache_g, l, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
+      gpu_->PagedAttention(*cache_g, l, layers[l], arena_->Make(n, heads * hd, q), og);
+      const auto got = arena_->Read(og);
+      EXPECT_LE(RelativeError(got, out), testing::kBf16AttentionTolerance);
+      if (l == 0) {
+        q_last.assign(q.begin() + 2599 * heads * hd, q.begin() + 2600 * heads * hd);
+        out_last.assign(got.begin() + 2599 * heads * hd, got.begin() + 2600 * heads * hd);
+      }
+    }
+  }
+  // The same token alone (a one-token step: blocks per key split and a merge) gives the bits it
+  // got inside the 7600-token step (each block walking its token's splits).
+  {
+    c.builder.Reset(bs);
+    std::vector<int32_t> t0(2600, 3);
+    c.builder.AddSequence(t0, 2599, 1, c.tables[0]);
+    gpu_->BeginStep(c.builder.Finish(), *cache_g);
+    const TensorView og = arena_->Make(1, heads * hd);
+    gpu_->PagedAttention(*cache_g, 0, layers[0], arena_->Make(1, heads * hd, q_last), og);
+    const auto alone = arena_->Read(og);
+    EXPECT_EQ(std::memcmp(alone.data(), out_last.data(), heads * hd * sizeof(float)), 0)
+        << "a token's attention alone differs from the same token in a long prefill";
+  }
+  // The decode of sequence 0 (position 2600), alone and in a batch with sequence 1.
+  auto q = RandomVector(2 * heads * hd, 99);
+  std::vector<std::vector<float>> alone_and_batched;
+  for (const bool batched : {false, true}) {
+    c.builder.Reset(bs);
+    std::vector<int32_t> t0(2601, 3), t1(5001, 4);
+    c.builder.AddSequence(t0, 2600, 1, c.tables[0]);
+    if (batched) c.builder.AddSequence(t1, 5000, 1, c.tables[1]);
+    const StepDescription& step = c.builder.Finish();
+    gpu_->BeginStep(step, *cache_g);
+    const int64_t n = step.num_tokens();
+    const TensorView og = arena_->Make(n, heads * hd);
+    gpu_->PagedAttention(*cache_g, 0, layers[0], arena_->Make(n, heads * hd, std::vector<float>(q.begin(), q.begin() + n * heads * hd)), og);
+    auto out = arena_->Read(og);
+    out.resize(heads * hd);
+    alone_and_batched.push_back(out);
+  }
+  EXPECT_EQ(std::memcmp(alone_and_batched[0].data(), alone_and_batched[1].data(), heads * hd * sizeof(float)), 0)
+      << "a decode's attention changed when another sequence joined the batch";
+}
+
+// FlashAttention's three launch shapes (kernels/cuda/flash_attention.h) give a row the same
+// bits: 150 sequences of 1..700 tokens prefilled in one step (wide: blocks of 16 tokens), then
+// decoded together (150 tokens: narrow), then three of them decoded alone (split: a block per
+// segment and a merge); a 200-token chunk recomputed on its own (wide, other block boundaries)
+// equals the same tokens inside the full prefill. Against the CPU within the bf16 tolerance.
+TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
+  const int64_t kv_heads = 2, heads = 8, hd = 128, bs = 16, num_seqs = 150;
+  std::vector<int64_t> lengths, prompt;
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    prompt.push_back(1 + (i * 37) % 700);
+    lengths.push_back(prompt.back() + 1);
+  }
+  StepCase c;
+  MakeTables(lengths, bs, 13, &c);
+  KVStorageShape shape;
+  shape.num_layers = 1;
+  shape.num_blocks = c.num_blocks;
+  shape.block_size = bs;
+  shape.num_kv_heads = kv_heads;
+  shape.head_dim = hd;
+  shape.dtype = DType::kBF16;
+  auto cache_c = cpu_.CreateKVCache(shape);
+  auto cache_g = gpu_->CreateKVCache(shape);
+  const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), 0};
+  const int64_t row = heads * hd;
+  auto attend = [&](const StepDescription& step, const std::vector<float>& q, const std::vector<float>* k,
+                    const std::vector<float>* v, bool cpu_too, double* err) {
+    const int64_t n = step.num_tokens();
+    gpu_->BeginStep(step, *cache_g);
+    if (k != nullptr) gpu_->WriteKV(*cache_g, 0, arena_->Make(n, kv_heads * hd, *k), arena_->Make(n, kv_heads * hd, *v));
+    const TensorView og = arena_->Make(n, row);
+    gpu_->PagedAttention(*cache_g, 0, layer, arena_->Make(n, row, q), og);
+    std::vector<float> got = arena_->Read(og);
+    if (cpu_too) {
+      std::vector<float> kc = *k, vc = *v, qc = q, want(n * row);
+      cpu_.BeginStep(step, *cache_c);
+      cpu_.WriteKV(*cache_c, 0, TensorView::F32(kc.data(), n, kv_heads * hd), TensorView::F32(vc.data(), n, kv_heads * hd));
+      cpu_.PagedAttention(*cache_c, 0, layer, TensorView::F32(qc.data(), n, row), TensorView::F32(want.data(), n, row));
+      *err = RelativeError(got, want);
+    }
+    return got;
+  };
+  // The prefill: every prompt in one step.
+  std::vector<int64_t> zeros(num_seqs, 0);
+  const StepDescription& prefill = BuildStep(&c, bs, zeros, prompt, 100);
+  const int64_t n = prefill.num_tokens();
+  const auto q = RandomVector(n * row, 31), k = RandomVector(n * kv_heads * hd, 32), v = RandomVector(n * kv_heads * hd, 33);
+  double err = 0.0;
+  const std::vector<float> full = attend(prefill, q, &k, &v, true, &err);
+  EXPECT_LE(err, testing::kBf16AttentionTolerance) << "prefill";
+  // Sequence 18 has 667 prompt tokens; its tokens [300, 500) again, as a chunk of their own.
+  ASSERT_EQ(prompt[18], 667);
+  const int64_t seq18 = prefill.query_start_loc[18];
+  {
+    c.builder.Reset(bs);
+    std::vector<int32_t> tokens(500, 5);
+    c.builder.AddSequence(tokens, 300, 200, c.tables[18]);
+    const std::vector<float> qc(q.begin() + (seq18 + 300) * row, q.begin() + (seq18 + 500) * row);
+    const std::vector<float> chunk = attend(c.builder.Finish(), qc, nullptr, nullptr, false, nullptr);
+    EXPECT_EQ(std::memcmp(chunk.data(), full.data() + (seq18 + 300) * row, chunk.size() * sizeof(float)), 0)
+        << "a 200-token chunk differs from the same tokens in the whole prefill";
+  }
+  // Every sequence decodes one token (150 tokens, one per sequence).
+  std::vector<int64_t> ones(num_seqs, 1);
+  const auto qd = RandomVector(num_seqs * row, 41), kd = RandomVector(num_seqs * kv_heads * hd, 42),
+             vd = RandomVector(num_seqs * kv_heads * hd, 43);
+  const std::vector<float> together = attend(BuildStep(&c, bs, prompt, ones, 100), qd, &kd, &vd, true, &err);
+  EXPECT_LE(err, testing::kBf16AttentionTolerance) << "decode of 150";
+  for (const int64_t s : {int64_t{0}, int64_t{18}, num_seqs - 1}) {
+    c.builder.Reset(bs);
+    std::vector<int32_t> tokens(lengths[s], 5);
+    c.builder.AddSequence(tokens, prompt[s], 1, c.tables[s]);
+    const std::vector<float> qs(qd.begin() + s * row, qd.begin() + (s + 1) * row);
+    const std::vector<float> alone = attend(c.builder.Finish(), qs, nullptr, nullptr, false, nullptr);
+    EXPECT_EQ(std::memcmp(alone.data(), together.data() + s * row, row * sizeof(float)), 0)
+        << "sequence " << s << " decoded alone differs from the batch of 150";
+  }
+}
+
+TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {
+  for (const int64_t bs : {16, 32}) {
+    for (const int64_t rank : {64, 512}) {
+      for (const DType dtype : {DType::kF32, DType::kBF16}) {
+        SCOPED_TRACE("bs " + std::to_string(bs) + " rank " + std::to_string(rank) + " " + std::string(DTypeName(dtype)));
+        const int64_t rope = 64, heads = 5;
+        StepCase c;
+        MakeTables({37, 3}, bs, 9, &c);
+        KVStorageShape shape;
+        shape.num_layers = 1;
+        shape.num_blocks = c.num_blocks;
+        shape.block_size = bs;
+        shape.num_kv_heads = 1;
+        shape.head_dim = rank;
+        shape.head_dim_v = rope;
+        shape.dtype = dtype;
+        auto cache_c = cpu_.CreateKVCache(shape);
+        auto cache_g = gpu_->CreateKVCache(shape);
+        const StepDescription& step = BuildStep(&c, bs, {0, 0}, {37, 3}, 100);
+        const int64_t n = step.num_tokens();
+        cpu_.BeginStep(step, *cache_c);
+        gpu_->BeginStep(step, *cache_g);
+        auto q = RandomVector(n * heads * (rank + rope), 30), lat = RandomVector(n * rank, 31),
+             pe = RandomVector(n * rope, 32);
+        const float scale = 0.1f;
+        std::vector<float> out(n * heads * rank);
+        cpu_.WriteKV(*cache_c, 0, TensorView::F32(lat.data(), n, rank), TensorView::F32(pe.data(), n, rope));
+        cpu_.MlaAttention(*cache_c, 0, heads, scale, TensorView::F32(q.data(), n, heads * (rank + rope)),
+                          TensorView::F32(out.data(), n, heads * rank));
+        const TensorView og = arena_->Make(n, heads * rank);
+        gpu_->WriteKV(*cache_g, 0, arena_->Make(n, rank, lat), arena_->Make(n, rope, pe));
+        gpu_->MlaAttention(*cache_g, 0, heads, scale, arena_->Make(n, heads * (rank + rope), q), og);
+        EXPECT_LE(RelativeError(arena_->Read(og), out), kF32Tolerance);
+      }
+    }
+  }
+}
+
+// WriteAttentionInputs' one kernel against the separate ops it replaces (Backend's default:
+// Copy, AddBias, Rope, WriteKV) on the GPU: the same query bits and the same cache bytes, for
+// plain and quantized caches, q|k|v as column ranges of a stacked product, with and without
+// biases, RoPE interleaved over the whole head or in halves over part of it (YaRN magnitude).
+TEST_F(CudaOpsTest, FusedAttentionInputsGiveTheSeparateOpsBits) {
+  const int64_t bs = 16, heads = 8, kv_heads = 2, hd = 64, qw = heads * hd, kw = kv_heads * hd;
+  StepCase c;
+  MakeTables({21, 40}, bs, 9, &c);
+  const StepDescription& step = BuildStep(&c, bs, {0, 30}, {21, 10}, 100);
+  const int64_t n = step.num_tokens();
+  struct Case {
+    DType dtype;
+    KVQuant quant;
+    bool bias, interleaved;
+  };
+  for (const Case& k : {Case{DType::kF32, KVQuant::kNone, true, true}, Case{DType::kBF16, KVQuant::kNone, false, false},
+                        Case{DType::kF16, KVQuant::kNone, true, false}, Case{DType::kBF16, KVQuant::kFp8E4M3, true, true},
+                        Case{DType::kBF16, KVQuant::kInt8, false, false}}) {
+    SCOPED_TRACE(std::string(DTypeName(k.dtype)) + " " + KVQuantName(k.quant) + (k.bias ? " bias" : "") +
+                 (k.interleaved ? " interleaved" : " halves"));
+    KVStorageShape shape;
+    shape.num_layers = 1;
+    shape.num_blocks = c.num_blocks;
+    shape.block_size = bs;
+    shape.num_kv_heads = kv_heads;
+    shape.head_dim = hd;
+    shape.dtype = k.dtype;
+    shape.quant = k.quant;
+    auto separate = gpu_->CreateKVCache(shape), fused = gpu_->CreateKVCache(shape);
+    auto on_cpu = cpu_.CreateKVCache(shape);
+    RopeParams rope;
+    rope.dim = k.interleaved ? hd : hd / 2;
+    rope.interleaved = k.interleaved;
+    rope.magnitude = k.interleaved ? 1.0 : 1.07;
+    for (int64_t i = 0; i < rope.dim / 2; ++i) rope.inv_freq.push_back(std::pow(10000.0, -2.0 * i / rope.dim));
+    const auto qkv = RandomVector(n * (qw + 2 * kw), 70, -3.0f, 3.0f);
+    const auto bq = RandomVector(qw, 71), bk = RandomVector(kw, 72), bv = RandomVector(kw, 73);
+    const TensorView bqg = arena_->Make(1, qw, bq), bkg = arena_->Make(1, kw, bk), bvg = arena_->Make(1, kw, bv);
+    AttentionLayer layer{heads, kv_heads, hd, 0.125f, 0};
+    auto run = [&](Backend& b, KVCache& cache, bool fused_op, const TensorView& src, const TensorView& q,
+                   const TensorView& kk, const TensorView& vv, const TensorView* biases) {
+      b.BeginStep(step, cache);
+      AttentionInputs in;
+      in.src_q = src.ColRange(0, qw);
+      in.src_k = src.ColRange(qw, kw);
+      in.src_v = src.ColRange(qw + kw, kw);
+      in.q = q;
+      in.k = kk;
+      in.v = vv;
+      if (k.bias) {
+        in.bq = &biases[0];
+        in.bk = &biases[1];
+        in.bv = &biases[2];
+      }
+      in.rope = &rope;
+      in.layer = layer;
+      if (fused_op) {
+        b.WriteAttentionInputs(cache, 0, in);
+      } else {
+        b.Backend::WriteAttentionInputs(cache, 0, in);  // the separate ops
+      }
+    };
+    const TensorView gbias[3] = {bqg, bkg, bvg};
+    const TensorView src_a = arena_->Make(n, qw + 2 * kw, qkv), src_b = arena_->Make(n, qw + 2 * kw, qkv);
+    const TensorView qa = arena_->Make(n, qw), qb = arena_->Make(n, qw);
+    run(*gpu_, *separate, false, src_a, qa, arena_->Make(n, kw), arena_->Make(n, kw), gbias);
+    run(*gpu_, *fused, true, src_b, qb, arena_->Make(n, kw), arena_->Make(n, kw), gbias);
+    const auto want_q = arena_->Read(qa), got_q = arena_->Read(qb);
+    EXPECT_EQ(std::memcmp(want_q.data(), got_q.data(), want_q.size() * sizeof(float)), 0) << "rotated queries";
+    // The slots the step wrote (the rest of the blocks was never written).
+    for (const bool value : {false, true}) {
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t slot = step.slot_mapping[t];
+        const auto a = gpu_->ReadKVBlock(*separate, 0, value, static_cast<int32_t>(slot / bs));
+        const auto b = gpu_->ReadKVBlock(*fused, 0, value, static_cast<int32_t>(slot / bs));
+        const size_t per_token = a.size() / bs, at = (slot % bs) * per_token;  // [block_size] token rows
+        EXPECT_EQ(std::memcmp(a.data() + at, b.data() + at, per_token), 0) << (value ? "V" : "K") << " of token " << t;
+      }
+    }
+    // And the CPU's default: the same queries within the RoPE tolerance.
+    std::vector<float> src_c = qkv, q_c(n * qw), k_c(n * kw), v_c(n * kw);
+    const TensorView cbias[3] = {TensorView::F32(bq.data(), 1, qw), TensorView::F32(bk.data(), 1, kw),
+                                 TensorView::F32(bv.data(), 1, kw)};
+    run(cpu_, *on_cpu, true, TensorView::F32(src_c.data(), n, qw + 2 * kw), TensorView::F32(q_c.data(), n, qw),
+        TensorView::F32(k_c.data(), n, kw), TensorView::F32(v_c.data(), n, kw), cbias);
+    EXPECT_LE(RelativeError(got_q, q_c), 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
