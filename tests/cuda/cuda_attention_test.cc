@@ -40,13 +40,8 @@ TEST_P(CudaAttentionTest, PagedAttentionMatchesCpu) {
   const int64_t kv_heads = 2, heads = kv_heads * a.gqa, hd = a.head_dim, bs = a.block_size;
   StepCase c;
   MakeTables({18, 63, 2}, bs, 7, &c);
-  KVStorageShape shape;
-  shape.num_layers = 2;
-  shape.num_blocks = c.num_blocks + 1;  // one spare block for the CopyBlock check
-  shape.block_size = bs;
-  shape.num_kv_heads = kv_heads;
-  shape.head_dim = hd;
-  shape.dtype = a.kv_dtype;
+  // One spare block for the CopyBlock check.
+  KVStorageShape shape = CacheShape(2, c.num_blocks + 1, bs, kv_heads, hd, a.kv_dtype);
   shape.quant = a.quant;
   shape.group_size = a.group;
   auto cache_c = cpu_.CreateKVCache(shape);
@@ -138,13 +133,7 @@ TEST_F(CudaOpsTest, LongContextSplitsMatchCpuAndDoNotDependOnTheBatch) {
   const int64_t kv_heads = 2, heads = 8, hd = 128, bs = 16;
   StepCase c;
   MakeTables({2601, 5001}, bs, 11, &c);
-  KVStorageShape shape;
-  shape.num_layers = 2;
-  shape.num_blocks = c.num_blocks;
-  shape.block_size = bs;
-  shape.num_kv_heads = kv_heads;
-  shape.head_dim = hd;
-  shape.dtype = DType::kBF16;
+  KVStorageShape shape = CacheShape(2, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
   auto cache_c = cpu_.CreateKVCache(shape);
   auto cache_g = gpu_->CreateKVCache(shape);
   const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
@@ -222,13 +211,7 @@ TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
   }
   StepCase c;
   MakeTables(lengths, bs, 13, &c);
-  KVStorageShape shape;
-  shape.num_layers = 1;
-  shape.num_blocks = c.num_blocks;
-  shape.block_size = bs;
-  shape.num_kv_heads = kv_heads;
-  shape.head_dim = hd;
-  shape.dtype = DType::kBF16;
+  KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
   auto cache_c = cpu_.CreateKVCache(shape);
   auto cache_g = gpu_->CreateKVCache(shape);
   const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), 0};
@@ -295,14 +278,8 @@ TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {
         const int64_t rope = 64, heads = 5;
         StepCase c;
         MakeTables({37, 3}, bs, 9, &c);
-        KVStorageShape shape;
-        shape.num_layers = 1;
-        shape.num_blocks = c.num_blocks;
-        shape.block_size = bs;
-        shape.num_kv_heads = 1;
-        shape.head_dim = rank;
+        KVStorageShape shape = CacheShape(1, c.num_blocks, bs, 1, rank, dtype);
         shape.head_dim_v = rope;
-        shape.dtype = dtype;
         auto cache_c = cpu_.CreateKVCache(shape);
         auto cache_g = gpu_->CreateKVCache(shape);
         const StepDescription& step = BuildStep(&c, bs, {0, 0}, {37, 3}, 100);
@@ -345,13 +322,7 @@ TEST_F(CudaOpsTest, FusedAttentionInputsGiveTheSeparateOpsBits) {
                         Case{DType::kBF16, KVQuant::kInt8, false, false}}) {
     SCOPED_TRACE(std::string(DTypeName(k.dtype)) + " " + KVQuantName(k.quant) + (k.bias ? " bias" : "") +
                  (k.interleaved ? " interleaved" : " halves"));
-    KVStorageShape shape;
-    shape.num_layers = 1;
-    shape.num_blocks = c.num_blocks;
-    shape.block_size = bs;
-    shape.num_kv_heads = kv_heads;
-    shape.head_dim = hd;
-    shape.dtype = k.dtype;
+    KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, k.dtype);
     shape.quant = k.quant;
     auto separate = gpu_->CreateKVCache(shape), fused = gpu_->CreateKVCache(shape);
     auto on_cpu = cpu_.CreateKVCache(shape);

@@ -36,13 +36,7 @@ TEST_F(CudaOpsTest, QuantizedKVWritesTheCpuBytes) {
                         Case{KVQuant::kInt8, 12, 0.0f}}) {
     SCOPED_TRACE(std::string(KVQuantName(q.quant)) + " group " + std::to_string(q.group) + " scale " +
                  std::to_string(q.tensor_scale));
-    KVStorageShape shape;
-    shape.num_layers = 2;
-    shape.num_blocks = 3;
-    shape.block_size = bs;
-    shape.num_kv_heads = kv_heads;
-    shape.head_dim = hd;
-    shape.dtype = DType::kBF16;
+    KVStorageShape shape = CacheShape(2, 3, bs, kv_heads, hd, DType::kBF16);
     shape.quant = q.quant;
     shape.group_size = q.group;
     shape.wide_layers = {1};

@@ -40,6 +40,20 @@ inline WeightMatrix MakeWeight(DType dtype, int64_t rows, int64_t cols, const st
   return w;
 }
 
+// A cache of `layers` layers x `blocks` blocks of `block_size` tokens, `kv_heads` heads of
+// `head_dim` values in `dtype` (plain; the tests set quant, group_size, head_dim_v on top).
+inline KVStorageShape CacheShape(int64_t layers, int64_t blocks, int64_t block_size, int64_t kv_heads,
+                                 int64_t head_dim, DType dtype) {
+  KVStorageShape shape;
+  shape.num_layers = layers;
+  shape.num_blocks = blocks;
+  shape.block_size = block_size;
+  shape.num_kv_heads = kv_heads;
+  shape.head_dim = head_dim;
+  shape.dtype = dtype;
+  return shape;
+}
+
 // A step of sequences given as (tokens already cached, new tokens), with scrambled block ids.
 struct StepCase {
   StepBuilder builder;
