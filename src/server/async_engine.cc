@@ -221,6 +221,7 @@ void AsyncEngine::Fail(const std::string& what) {
     // Before the streams close: whoever sees them closed sees the failure too.
     std::lock_guard<std::mutex> lock(mu_);
     failure_ = what;
+    failed_ = true;
     num_unfinished_ = 0;
   }
   for (auto& [id, e] : streams_) {
@@ -246,12 +247,12 @@ void AsyncEngine::Loop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::seconds(1),
-                   [&] { return stop_ || !commands_.empty() || (engine_.HasUnfinished() && failure_.empty()); });
+                   [&] { return stop_ || !commands_.empty() || (engine_.HasUnfinished() && !failed_); });
       commands.swap(commands_);
       if (stop_ && commands.empty()) break;
     }
     for (auto& c : commands) c();
-    if (engine_.HasUnfinished() && Failure().empty()) {
+    if (engine_.HasUnfinished() && !failed_) {
       const int64_t steps_before = engine_.Stats().steps;
       std::vector<RequestOutput> outs;
       try {

@@ -21,6 +21,7 @@
 // Thread safety: every public method may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -136,6 +137,7 @@ class AsyncEngine {
   EngineStats stats_;
   int64_t num_unfinished_ = 0;
   std::string failure_;  // a step threw: every later Submit is refused
+  std::atomic<bool> failed_{false};  // !failure_.empty(), read by the loop without the lock
 
   // Engine thread only.
   std::map<int64_t, Entry> streams_;  // engine id of a prompt's first sample -> its stream
