@@ -128,7 +128,7 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> prompt
     }
     double total = 0.0;
     for (int64_t i = 0; i < n; ++i) total += p[i];
-    const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53 * total;
+    const double u = NextUniform() * total;
     double cum = 0.0;
     token = idx[n - 1];
     for (int64_t i = 0; i < n; ++i) {

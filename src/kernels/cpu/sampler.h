@@ -24,6 +24,12 @@ class Sampler {
   int32_t Sample(std::span<float> logits, std::span<const int32_t> prompt,
                  std::span<const int32_t> output, TokenLogprobs* logprobs = nullptr);
 
+  // The next draw in [0, 1) from the request's generator (53 random bits), the one a
+  // non-greedy Sample takes: a backend that samples elsewhere (the GPU) takes its draw here,
+  // once per non-greedy sample, so the request's stream of draws stays the CPU's.
+  double NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+  const SamplingParams& params() const { return params_; }
+
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;

@@ -124,5 +124,46 @@ TEST(SamplerTest, InvalidParamsAreRejected) {
   EXPECT_THROW(p.Validate(), Error);
 }
 
+// A non-greedy Sample takes exactly one NextUniform from the generator (the GPU's sampler takes
+// its draws there), and a greedy one none: two samplers with the same seed stay in step.
+TEST(SamplerTest, NextUniformIsTheDrawASampleTakes) {
+  SamplingParams p;
+  p.seed = 12;
+  p.temperature = 0.8;
+  Sampler a(p), b(p);
+  for (int i = 0; i < 5; ++i) {
+    auto l = Logits();
+    a.Sample(l, {}, {});
+    const double u = b.NextUniform();
+    EXPECT_GE(u, 0.0);
+    EXPECT_LT(u, 1.0);
+  }
+  EXPECT_EQ(a.NextUniform(), b.NextUniform());
+  SamplingParams g = p;
+  g.temperature = 0.0;
+  Sampler c(g), d(g);
+  auto l = Logits();
+  c.Sample(l, {}, {});
+  EXPECT_EQ(c.NextUniform(), d.NextUniform());
+  EXPECT_EQ(c.params().temperature, 0.0);
+}
+
+// The draw Sample makes is the uniform's share of the kept mass: with logits {0, log 3} at T = 1
+// (p = 1/4, 3/4, sorted: token 1 first), u < 3/4 picks token 1, else token 0.
+TEST(SamplerTest, TheDrawIsTheUniformsShareOfTheMass) {
+  SamplingParams p;
+  p.seed = 99;
+  Sampler s(p), twin(p);
+  for (int i = 0; i < 200; ++i) {
+    std::vector<float> l = {0.0f, static_cast<float>(std::log(3.0))};
+    const double u = twin.NextUniform();
+    const int32_t want = u < 0.75 - 1e-6 ? 1 : (u > 0.75 + 1e-6 ? 0 : -1);
+    const int32_t got = s.Sample(l, {}, {});
+    if (want >= 0) {
+      EXPECT_EQ(got, want) << "u " << u;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pagoda
