@@ -1,7 +1,7 @@
 // pagoda_cuda_bench: the CUDA backend's kernels on the device, timed, as ratios to ceilings
 // measured in the same run (run by scripts/gpu-check beside ../shared/tools/gpu_baselines.py).
 //
-//   pagoda_cuda_bench [--quick] [--gemm-only] [--model dummy:llama-3-8b] [--enforce-eager]
+//   pagoda_cuda_bench [--quick] [--gemm-only] [--sampling-only] [--model dummy:llama-3-8b] [--enforce-eager]
 //
 // Prints one line per measurement:
 //   copy      device-to-device copy of 2 GiB: GB/s counting bytes read + written (the decode
@@ -10,6 +10,7 @@
 //             weight-read GB/s (the decode view); weights rotate over 4 copies (> L2);
 //   decode-attn paged decode attention, one query token per sequence: GB/s of K/V read once;
 //   prefill-attn causal prefill attention, gpu_baselines.py's SDPA shapes: TFLOP/s;
+//   sample    Backend::Sample of 128256-token logits on the device: us per step (BenchSampling);
 //   prefill/decode  with --model: the whole model through Model::Forward (BenchModel).
 // Each figure is the median of repeated timings after a warm-up (host clock around
 // synchronized batches of launches).
@@ -24,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu_backend.h"
 #include "backend/cuda_backend.h"
 #include "backend/step_description.h"
 #include "core/dtype.h"
@@ -229,6 +231,62 @@ void BenchPrefillAttentions(CudaBackend& gpu, bool quick) {
 // `output` decode steps of the whole batch (one token per sequence per step, the logits left in
 // the backend's LogitsBuffer and the greedy tokens chosen there, as the engine takes them). The floor of a decode step is its bytes (weights once,
 // plus every sequence's K/V) over the copy bandwidth.
+// Sampling a step's logits left on the device (LogitsBuffer, Llama 3's 128256 tokens) at a few
+// batch sizes: greedy (arg max), drawn (temperature 0.7 with top-p 0.9 and top-k 50, 512-token
+// histories under a repetition penalty, 5 logprobs), and the host path the drawn rows took before
+// (the logits copied back, the CPU sampler): microseconds per step.
+void BenchSampling(CudaBackend& gpu, bool quick) {
+  const int64_t vocab = 128256;
+  Backend& cpu = DefaultCpuBackend();
+  for (const int64_t batch : {int64_t{1}, int64_t{8}, int64_t{64}, int64_t{256}}) {
+    const auto logits = Random(batch * vocab, 17);
+    const TensorView buffer = gpu.LogitsBuffer(batch, vocab);
+    gpu.Upload(logits.data(), buffer);
+    std::vector<int32_t> history(512);
+    for (size_t i = 0; i < history.size(); ++i) history[i] = static_cast<int32_t>((i * 7919) % vocab);
+    auto time_rows = [&](Backend& b, const SamplingParams& p, bool logprobs, bool host) {
+      std::vector<std::unique_ptr<SamplerState>> states;
+      std::vector<SampleRow> rows(static_cast<size_t>(batch));
+      std::vector<TokenLogprobs> lp(rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) {
+        SamplingParams q = p;
+        q.seed = i;
+        states.push_back(b.CreateSampler(q));
+        rows[i].state = states.back().get();
+        rows[i].prompt = history;
+        if (logprobs) rows[i].logprobs = &lp[i];
+      }
+      std::vector<float> copy(static_cast<size_t>(batch * vocab));
+      return Time(gpu, [&] {
+        if (host) {
+          gpu.CopyToHost(buffer, copy.data());
+          b.Sample(TensorView::F32(copy.data(), batch, vocab), rows);
+        } else {
+          b.Sample(buffer, rows);
+        }
+      }, 1, host ? 3 : (quick ? 5 : 15));
+    };
+    SamplingParams greedy;
+    greedy.temperature = 0.0;
+    SamplingParams drawn;
+    drawn.temperature = 0.7;
+    drawn.top_p = 0.9;
+    drawn.top_k = 50;
+    drawn.repetition_penalty = 1.1;
+    drawn.logprobs = 5;
+    SamplingParams plain;
+    plain.temperature = 0.7;
+    const double g = time_rows(gpu, greedy, false, false);
+    const double t = time_rows(gpu, plain, false, false);
+    const double d = time_rows(gpu, drawn, true, false);
+    const double h = batch <= 64 ? time_rows(cpu, drawn, true, true) : 0.0;
+    char host[64] = "";
+    if (h > 0) std::snprintf(host, sizeof(host), "  host path %9.0f us (%.0fx)", h * 1e6, h / d);
+    std::printf("sample vocab=%lld batch=%lld  greedy %7.0f us  T=0.7 %7.0f us  T=0.7+top-p/k+penalty+logprobs %7.0f us%s\n",
+                static_cast<long long>(vocab), static_cast<long long>(batch), g * 1e6, t * 1e6, d * 1e6, host);
+  }
+}
+
 void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool quick, bool graphs) {
   LoadOptions options;
   options.backend = &gpu;
@@ -338,17 +396,22 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
 
 int main(int argc, char** argv) {
   using namespace pagoda;
-  bool quick = false, eager = false, gemm_only = false;
+  bool quick = false, eager = false, gemm_only = false, sampling_only = false;
   std::string model;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--enforce-eager") == 0) eager = true;
     if (std::strcmp(argv[i], "--gemm-only") == 0) gemm_only = true;
+    if (std::strcmp(argv[i], "--sampling-only") == 0) sampling_only = true;
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
   }
   try {
     CudaBackend& gpu = DefaultCudaBackend();
     std::printf("device: %s\n", gpu.DeviceSummary().c_str());
+    if (sampling_only) {
+      BenchSampling(gpu, quick);
+      return 0;
+    }
     const double copy = CopyBandwidth(gpu);
     std::printf("copy d2d 2 GiB  %7.0f GB/s\n", copy);
     BenchGemm(gpu, quick, copy);
@@ -359,6 +422,7 @@ int main(int argc, char** argv) {
     // Quantized KV (SIMT kernel, dequantized in registers) at batch 64, 8K tokens, against bf16.
     for (const KVQuant q : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8}) BenchDecodeAttention(gpu, 64, 8192, copy, q);
     BenchPrefillAttentions(gpu, quick);
+    BenchSampling(gpu, quick);
     if (!model.empty()) BenchModel(gpu, model, copy, quick, !eager);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pagoda_cuda_bench: %s\n", e.what());

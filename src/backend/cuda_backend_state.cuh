@@ -135,6 +135,11 @@ struct CudaBackend::State {
     cuda::SiluMulRows(gb, ffn, ub, ffn, gb, ffn, m, ffn, stream);
     Gemm(d, TensorView::F32(gb, m, ffn, Device::kCuda), y, d.rows, false);
   }
+
+  // Sampling on the device (cuda_backend_sampling.cu): the sort scratch, the rows' uploads and
+  // results, and a host stamp per token id for deduplicating penalized histories.
+  DeviceScratch sample_scratch, sample_io;
+  std::vector<int32_t> sample_seen;
 };
 
 // Tensor parallelism drives one CudaBackend per GPU from several threads: every entry point
