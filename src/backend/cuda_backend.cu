@@ -248,7 +248,9 @@ void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
   // A decode step (one token and one logits row per sequence) may run as a graph.
   const bool decode = n > 0 && step.num_seqs() == n && step.num_logits() == n;
   // The attention's split grid grows with the context: a graph per depth (a few powers of two).
-  s.stream = s.graphs->Begin(n, &cache, decode && !s.has_moe, cuda::FlashSplitDepth(s.max_keys));
+  s.step_cache_id = AsCudaKVCache(cache).id();
+  const bool waits_on_host = s.host_waiting_caches.count(s.step_cache_id) > 0;
+  s.stream = s.graphs->Begin(n, &cache, decode && !waits_on_host, cuda::FlashSplitDepth(s.max_keys));
 }
 
 void CudaBackend::Embedding(const Weight& table, const TensorView& out) {

@@ -8,7 +8,6 @@ namespace pagoda {
 
 void CudaBackend::PrepareMoe(MoeLayer* layer) {
   UseDevice(s_->device);
-  s_->has_moe = true;
   auto m = std::make_shared<CudaMoe>();
   if (!layer->score_bias.empty()) {
     const TensorView& v = layer->score_bias.view;
@@ -28,7 +27,10 @@ void CudaBackend::Moe(const MoeSpec& spec, const MoeLayer& layer, const TensorVi
   const int64_t n = x.rows, dim = x.cols, ne = spec.num_experts, k = spec.num_experts_per_tok;
   PAGODA_CHECK(static_cast<int64_t>(layer.gate.size()) == ne) << "MoE weights for " << layer.gate.size() << " experts";
   if (n == 0) return;
-  // The router on the device, the routing decision on the host (kernels/cpu/moe.cc's).
+  // The router on the device, the routing decision on the host (kernels/cpu/moe.cc's): this
+  // model's steps cannot be graphs.
+  PAGODA_CHECK(!s.graphs->capturing()) << "CudaBackend::Moe: a MoE layer in a step being captured";
+  s.host_waiting_caches.insert(s.step_cache_id);
   float* logits = s.moe_logits.Get<float>(n * ne);
   s.Gemm(moe.router_f32, x, logits, ne, false);
   s.host_logits.resize(n * ne);

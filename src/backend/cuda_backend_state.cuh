@@ -10,10 +10,12 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda_backend.h"
+#include "backend/cuda_kv_cache.cuh"
 #include "backend/cuda_memory.cuh"
 #include "backend/cuda_step_graphs.cuh"
 #include "backend/cuda_weights.cuh"
@@ -44,7 +46,11 @@ struct CudaBackend::State {
   // graphs' stream while a decode step is being captured.
   cudaStream_t stream = nullptr;
   std::unique_ptr<StepGraphs> graphs;  // made once the device is selected
-  bool has_moe = false;  // MoE routing waits on the host mid-step: no step graphs
+  // Caches (CudaKVCache::id) whose steps ran an op that waits on the host mid-step (MoE
+  // routing): their model's decode steps run eagerly, not as graphs. A cache belongs to one
+  // model, and the first step over a cache is never captured, so the op marks it in time.
+  uint64_t step_cache_id = 0;
+  std::unordered_set<uint64_t> host_waiting_caches;
 
   // Per-op device time (EnableOpTimes): each op synchronizes before and after itself.
   bool time_ops = false;

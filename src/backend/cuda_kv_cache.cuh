@@ -5,6 +5,8 @@
 // KVRowBytes each. Included by the backend's .cu files only.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -18,6 +20,8 @@ namespace pagoda {
 class CudaKVCache : public KVCache {
  public:
   explicit CudaKVCache(const KVStorageShape& s) : shape_(s) {
+    static std::atomic<uint64_t> next_id{1};
+    id_ = next_id++;
     k_width_ = s.num_kv_heads * s.head_dim;
     v_width_ = s.num_kv_heads * (s.head_dim_v > 0 ? s.head_dim_v : s.head_dim);
     for (int64_t l = 0; l < s.num_layers; ++l) {
@@ -50,9 +54,12 @@ class CudaKVCache : public KVCache {
   int64_t v_width() const { return v_width_; }
   int64_t k_block_bytes(int64_t l) const { return KVBlockBytes(k_format_[l]); }
   int64_t v_block_bytes(int64_t l) const { return KVBlockBytes(v_format_[l]); }
+  // Distinct for every cache the process makes (an address may be reused by a later cache).
+  uint64_t id() const { return id_; }
 
  private:
   KVStorageShape shape_;
+  uint64_t id_ = 0;
   int64_t k_width_ = 0, v_width_ = 0;
   std::vector<KVArrayFormat> k_format_, v_format_;
   std::vector<std::shared_ptr<void>> k_, v_;
