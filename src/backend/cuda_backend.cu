@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -46,6 +47,12 @@ CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
   PAGODA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   s_->free_at_start = static_cast<int64_t>(free);
   s_->graphs = std::make_unique<StepGraphs>();
+  int* counters = s_->gemm_counters.Get<int>(cuda::kGemmMaxCounters);
+  PAGODA_CUDA_CHECK(cudaMemset(counters, 0, cuda::kGemmMaxCounters * sizeof(int)));
+  // PAGODA_CUDA_PDL=0 launches the decode GEMMs without programmatic dependent launch (the
+  // benchmark's comparison; the results are the same bits either way).
+  const char* pdl = std::getenv("PAGODA_CUDA_PDL");
+  s_->gemm_pdl = pdl == nullptr || std::string(pdl) != "0";
   PAGODA_LOG(kInfo) << "CUDA backend on " << DeviceSummary();
 }
 

@@ -73,6 +73,8 @@ struct CudaBackend::State {
   DeviceScratch staging;  // MatMul outputs that live on the host; LogitsBuffer
   DeviceScratch sampled_ids;  // greedy choices on the device
   DeviceScratch gemm_x, gemm_partial;  // bf16 copies of GEMM inputs; split-k partial sums
+  DeviceScratch gemm_counters;         // kGemmMaxCounters tile counters, zeroed once
+  bool gemm_pdl = true;                // decode GEMMs as programmatic dependent launches
   DeviceScratch attention_partial;     // split-KV partial outputs
   int64_t max_keys = 0;                // the most keys a token of the step attends to
   // FlashAttention's wide work items for the current step (made on its first layer).
@@ -128,6 +130,8 @@ struct CudaBackend::State {
     p.xb = gemm_x.Get<uint16_t>(x.rows * w.k_padded);
     const int64_t partial = cuda::GemmBf16PartialFloats(x.rows, w.rows, w.splits);
     p.partial = partial > 0 ? gemm_partial.Get<float>(partial) : nullptr;
+    p.counters = gemm_counters.Get<int>(cuda::kGemmMaxCounters);
+    p.pdl = gemm_pdl;
     cuda::GemmBf16(p, stream);
   }
   // y = down(silu(gate x) * up x) over x [m, dim] -> y [m, dim] contiguous.

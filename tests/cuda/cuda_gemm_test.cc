@@ -92,9 +92,9 @@ TEST_F(CudaGemmTest, MatchesFloat64Reference) {
   struct Shape {
     int64_t m, n, k;
   };
-  // Odd m, n and k (k not a multiple of the 64-wide tile), one-chunk and split-k weights, the
-  // three tile sizes (m <= 16, <= 64, larger).
-  const Shape shapes[] = {{1, 45, 96},    {5, 200, 100},   {16, 64, 4096}, {17, 130, 1000},
+  // Odd m, n and k (k not a multiple of the 64-wide tile; k = 999: x rows not 16-byte aligned),
+  // one-chunk and split-k weights, the three tile sizes (m <= 16, <= 64, larger).
+  const Shape shapes[] = {{1, 45, 96},    {5, 200, 100},   {3, 90, 999},   {16, 64, 4096}, {17, 130, 1000},
                           {64, 256, 4096}, {65, 77, 2048}, {300, 300, 520}, {131, 1024, 4160},
                           {700, 256, 4096}};
   uint32_t seed = 100;
@@ -130,9 +130,10 @@ TEST_F(CudaGemmTest, RowsHaveTheSameBitsWhateverTheBatch) {
   struct Shape {
     int64_t n, k;
   };
-  // (256, 4096): 4 k chunks (partial sums across blocks for m <= 64, in-block beyond);
-  // (2048, 512): one chunk; (96, 1000): odd, padded k.
-  const Shape shapes[] = {{256, 4096}, {2048, 512}, {96, 1000}};
+  // (256, 4096): 4 k chunks (up to 64 rows each tile's last block adds them, beyond a
+  // separate reduction); (2048, 512): one chunk; (96, 1000): padded k; (200, 2999): x rows not
+  // 16-byte aligned (the 4-byte copies), 3 chunks.
+  const Shape shapes[] = {{256, 4096}, {2048, 512}, {96, 1000}, {200, 2999}};
   // Up to 64 rows: mma.sync kernels; beyond: wgmma, split-k products in slabs of
   // kGemmPartialMaxRows (512) rows.
   const int64_t ms[] = {1, 2, 15, 16, 17, 33, 63, 64, 65, 127, 128, 129, 299, 511, 512, 513, 1099};

@@ -3,9 +3,11 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace pagoda::cuda {
@@ -18,7 +20,11 @@ constexpr int kBK = static_cast<int>(kGemmKTile);  // k values per tile: 128 byt
 __device__ __forceinline__ uint32_t Swizzle(int r, int c) { return r * 128 + ((c ^ (r & 7)) << 4); }
 
 struct Args {
-  const uint16_t* xb;  // [m, kp] bf16
+  const float* x;      // [m, k] f32 (the mma.sync kernels read and round it themselves)
+  int64_t x_stride;
+  bool x_vec;          // x and its row stride allow 16-byte copies
+  int k;
+  const uint16_t* xb;  // [m, kp] bf16 (the wgmma kernel's input, ConvertToBf16's output)
   const uint16_t* w;   // [n, kp] bf16
   int m, n, kp;
   int chunk;  // k values per chunk (multiple of kBK)
@@ -26,39 +32,44 @@ struct Args {
   int64_t y_stride;
   bool accumulate;
   float* partial;  // [splits, m, n]
+  int* counters;   // kPartialReduce: one per output tile, zero between launches
+  bool pdl;        // launched as a programmatic dependent of the kernel ahead of it
 };
 
 // How a block runs the k chunks.
 enum class Mode {
-  kSingle,   // one chunk: the block's sum is the result
-  kPartial,  // block z sums chunk z into `partial`; ReduceChunks adds them in order
+  kSingle,         // one chunk: the block's sum is the result
+  kPartial,        // block z sums chunk z into `partial`; ReduceChunks adds them in order
+  kPartialReduce,  // the same planes; the tile's last block to finish adds them in order
 };
 
-template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
+// The mma.sync kernels' tiles (up to 64 rows). A stage holds the k-tile of BN weight rows (bf16,
+// swizzled) and of BM rows of x: as bf16 from ConvertToBf16's output, or (kXF32, the fewest
+// rows) as f32 straight from x, rounded to bf16 while the A fragments are built: the same bits
+// without ConvertToBf16's launch. With more rows the f32 tile's traffic outweighs that launch.
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, bool XF32_>
 struct Tile {
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
+  static constexpr bool kXF32 = XF32_;
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;
   static constexpr int MI = WTM / 16, NI = WTN / 8;
-  static constexpr int kStageBytes = (BM + BN) * kBK * 2;
+  // f32 x rows of 64 floats + 8 of padding: the 8 rows a fragment load touches hit distinct banks.
+  static constexpr int kXRowFloats = kBK + 8;
+  static constexpr int kWBytes = BN * kBK * 2;
+  static constexpr int kStageBytes = kWBytes + (kXF32 ? BM * kXRowFloats * 4 : BM * kBK * 2);
   static constexpr int kPipelineBytes = STAGES * kStageBytes;
   static_assert(MI >= 1 && NI >= 2 && NI % 2 == 0, "warp tile");
 };
 
-using SmallTile = Tile<16, 64, 1, 4, 4>;     // m <= 16 (decode)
-using MediumTile = Tile<64, 64, 2, 2, 4>;    // m <= 64
+inline constexpr int64_t kXF32MaxRows = 8;
+using TinyTile = Tile<16, 64, 1, 4, 4, true>;     // m <= kXF32MaxRows (decode of a few sequences)
+using MediumTile = Tile<64, 64, 2, 2, 4, false>;  // m <= 64 (when WgTile64x64 would leave SMs idle)
 
-// Copies k-tile [k0, k0 + 64) of the block's BM rows of x and BN rows of W into a stage: rows
-// of 128 bytes in the swizzled layout, rows past m or n zero-filled.
-template <int BM, int BN, int kThreads>
-__device__ __forceinline__ void LoadStage(const Args& a, uint8_t* stage, int m0, int n0, int k0, int tid) {
-  const uint32_t sa = SmemAddr(stage), sb = sa + BM * kBK * 2;
-#pragma unroll
-  for (int i = tid; i < BM * 8; i += kThreads) {
-    const int r = i >> 3, c = i & 7;
-    const bool ok = m0 + r < a.m;
-    CpAsync16(sa + Swizzle(r, c), a.xb + static_cast<int64_t>(ok ? m0 + r : 0) * a.kp + k0 + c * 8, ok);
-  }
+// Copies k-tile [k0, k0 + 64) of BN rows of W into a stage (rows of 128 bytes, swizzled; rows
+// past n zero-filled).
+template <int BN, int kThreads>
+__device__ __forceinline__ void LoadWeightStage(const Args& a, uint32_t sb, int n0, int k0, int tid) {
 #pragma unroll
   for (int i = tid; i < BN * 8; i += kThreads) {
     const int r = i >> 3, c = i & 7;
@@ -67,22 +78,61 @@ __device__ __forceinline__ void LoadStage(const Args& a, uint8_t* stage, int m0,
   }
 }
 
-// The block's k range: all of k, or chunk blockIdx.z (kPartial).
+// Copies k-tile [k0, k0 + 64) of x's rows m0.. (those below m) into a stage as f32, zeros past k.
+template <int BM, int kThreads, int kXRowFloats>
+__device__ __forceinline__ void LoadXStage(const Args& a, uint32_t sx, int m0, int k0, int tid) {
+  const int rows = min(BM, a.m - m0);
+  if (a.x_vec) {
+    for (int i = tid; i < rows * 16; i += kThreads) {
+      const int r = i >> 4, c = i & 15, col = k0 + c * 4;
+      const int bytes = max(0, min(16, (a.k - col) * 4));
+      const float* src = bytes > 0 ? a.x + static_cast<int64_t>(m0 + r) * a.x_stride + col : a.x;
+      CpAsync16Bytes(sx + (r * kXRowFloats + c * 4) * 4, src, bytes);
+    }
+  } else {
+    for (int i = tid; i < rows * kBK; i += kThreads) {
+      const int r = i / kBK, c = i % kBK, col = k0 + c;
+      const bool ok = col < a.k;
+      CpAsync4(sx + (r * kXRowFloats + c) * 4, ok ? a.x + static_cast<int64_t>(m0 + r) * a.x_stride + col : a.x, ok);
+    }
+  }
+}
+
+// Copies k-tile [k0, k0 + 64) of BM rows of xb (bf16, swizzled; rows past m zeros).
+template <int BM, int kThreads>
+__device__ __forceinline__ void LoadXbStage(const Args& a, uint32_t sa, int m0, int k0, int tid) {
+#pragma unroll
+  for (int i = tid; i < BM * 8; i += kThreads) {
+    const int r = i >> 3, c = i & 7;
+    const bool ok = m0 + r < a.m;
+    CpAsync16(sa + Swizzle(r, c), a.xb + static_cast<int64_t>(ok ? m0 + r : 0) * a.kp + k0 + c * 8, ok);
+  }
+}
+
+// The wgmma kernel's stage: the k-tile of xb's BM rows, then of W's BN rows.
+template <int BM, int BN, int kThreads>
+__device__ __forceinline__ void LoadBf16Stage(const Args& a, uint8_t* stage, int m0, int n0, int k0, int tid) {
+  const uint32_t sa = SmemAddr(stage);
+  LoadXbStage<BM, kThreads>(a, sa, m0, k0, tid);
+  LoadWeightStage<BN, kThreads>(a, sa + BM * kBK * 2, n0, k0, tid);
+}
+
+// The block's k range: all of k, or chunk blockIdx.z.
 template <Mode kMode>
 __device__ __forceinline__ void KRange(const Args& a, int* begin, int* end) {
   *begin = 0;
   *end = a.kp;
-  if constexpr (kMode == Mode::kPartial) {
+  if constexpr (kMode != Mode::kSingle) {
     *begin = blockIdx.z * a.chunk;
     *end = min(a.kp, *begin + a.chunk);
   }
 }
 
-// Output (row, col) of the block's sum: to its partial plane (kPartial) or y (+=).
+// Output (row, col) of the block's sum: to its partial plane or y (+=).
 template <Mode kMode>
 __device__ __forceinline__ void StoreOutput(const Args& a, int row, int col, float v) {
   if (row >= a.m || col >= a.n) return;
-  if constexpr (kMode == Mode::kPartial) {
+  if constexpr (kMode != Mode::kSingle) {
     a.partial[(static_cast<int64_t>(blockIdx.z) * a.m + row) * a.n + col] = v;
   } else {
     float* out = a.y + row * a.y_stride + col;
@@ -90,8 +140,87 @@ __device__ __forceinline__ void StoreOutput(const Args& a, int row, int col, flo
   }
 }
 
+// kPartialReduce: after the block's partial sums are stored, the last of the tile's gridDim.z
+// blocks to arrive adds the planes in chunk order (the ReduceChunks kernel's sums) into y. The
+// planes are read four columns at a time, every chunk's values requested before any is added
+// (a tile of 64 rows would otherwise wait on L2 once per value).
+inline constexpr int kMaxChunks = 4;  // GemmSplitsFor's most chunks
+
+__device__ __forceinline__ void StoreSum(const Args& a, int row, int col, float total) {
+  float* out = a.y + row * a.y_stride + col;
+  *out = a.accumulate ? __fadd_rn(*out, total) : total;
+}
+
+template <int BM, int BN, int kThreads>
+__device__ __forceinline__ void ReduceTileIfLast(const Args& a, int m0, int n0, int tid) {
+  __shared__ int last;
+  __threadfence();  // this block's partial sums are visible before it is counted
+  __syncthreads();
+  if (tid == 0) {
+    int* counter = a.counters + blockIdx.y * gridDim.x + blockIdx.x;
+    last = atomicAdd(counter, 1) == static_cast<int>(gridDim.z) - 1;
+    if (last) atomicExch(counter, 0);  // every block has counted: ready for the next launch
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int64_t plane = static_cast<int64_t>(a.m) * a.n;
+  const int chunks = static_cast<int>(gridDim.z);
+  const int rows = min(BM, a.m - m0);
+  if (a.n % 4 == 0 && chunks <= kMaxChunks) {
+    constexpr int kVecs = BN / 4, kBatch = 2;  // float4s a row; float4s a thread has in flight
+    const int total = rows * kVecs;
+    for (int first = tid; first < total; first += kThreads * kBatch) {
+      float4 part[kMaxChunks][kBatch];
+      int row[kBatch], col[kBatch];
+      bool ok[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = first + b * kThreads;
+        row[b] = m0 + i / kVecs;
+        col[b] = n0 + (i % kVecs) * 4;
+        ok[b] = i < total && col[b] < a.n;
+#pragma unroll
+        for (int z = 0; z < kMaxChunks; ++z) {
+          if (ok[b] && z < chunks) {
+            part[z][b] = __ldcg(reinterpret_cast<const float4*>(a.partial + z * plane +
+                                                                 static_cast<int64_t>(row[b]) * a.n + col[b]));
+          }
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (!ok[b]) continue;
+        float4 t = part[0][b];
+#pragma unroll
+        for (int z = 1; z < kMaxChunks; ++z) {
+          if (z < chunks) {
+            t.x = __fadd_rn(t.x, part[z][b].x);
+            t.y = __fadd_rn(t.y, part[z][b].y);
+            t.z = __fadd_rn(t.z, part[z][b].z);
+            t.w = __fadd_rn(t.w, part[z][b].w);
+          }
+        }
+        StoreSum(a, row[b], col[b], t.x);
+        StoreSum(a, row[b], col[b] + 1, t.y);
+        StoreSum(a, row[b], col[b] + 2, t.z);
+        StoreSum(a, row[b], col[b] + 3, t.w);
+      }
+    }
+    return;
+  }
+  for (int i = tid; i < rows * BN; i += kThreads) {
+    const int row = m0 + i / BN, col = n0 + i % BN;
+    if (col >= a.n) continue;
+    const float* p = a.partial + static_cast<int64_t>(row) * a.n + col;
+    float total = __ldcg(p);
+    for (int z = 1; z < chunks; ++z) total = __fadd_rn(total, __ldcg(p + z * plane));
+    StoreSum(a, row, col, total);
+  }
+}
+
 template <class T, Mode kMode>
-__global__ void __launch_bounds__(T::kThreads, 2) GemmBf16Kernel(Args a) {
+__global__ void __launch_bounds__(T::kThreads, 2) GemmMmaKernel(Args a) {
   extern __shared__ __align__(1024) uint8_t smem[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / T::WARPS_N, wn = warp % T::WARPS_N;
@@ -99,8 +228,15 @@ __global__ void __launch_bounds__(T::kThreads, 2) GemmBf16Kernel(Args a) {
   int k_begin, k_end;
   KRange<kMode>(a, &k_begin, &k_end);
   const int num_tiles = (k_end - k_begin) / kBK;
-  auto load_tile = [&](int stage, int t) {
-    LoadStage<T::BM, T::BN, T::kThreads>(a, smem + stage * T::kStageBytes, m0, n0, k_begin + t * kBK, tid);
+  const uint32_t base = SmemAddr(smem);
+  auto w_stage = [&](int stage) { return base + stage * T::kStageBytes; };
+  auto x_stage = [&](int stage) { return base + stage * T::kStageBytes + T::kWBytes; };
+  auto load_x = [&](int stage, int k0) {
+    if constexpr (T::kXF32) {
+      LoadXStage<T::BM, T::kThreads, T::kXRowFloats>(a, x_stage(stage), m0, k0, tid);
+    } else {
+      LoadXbStage<T::BM, T::kThreads>(a, x_stage(stage), m0, k0, tid);
+    }
   };
 
   float acc[T::MI][T::NI][4];
@@ -111,29 +247,57 @@ __global__ void __launch_bounds__(T::kThreads, 2) GemmBf16Kernel(Args a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
+  // The weights do not depend on the kernel ahead: their first stages are requested before
+  // waiting for it (programmatic dependent launch); x and the outputs only after.
 #pragma unroll
   for (int s = 0; s < T::STAGES - 1; ++s) {
-    if (s < num_tiles) load_tile(s, s);
-    CpAsyncCommit();
+    if (s < num_tiles) LoadWeightStage<T::BN, T::kThreads>(a, w_stage(s), n0, k_begin + s * kBK, tid);
+  }
+  if (a.pdl) GridDependencyWait();
+#pragma unroll
+  for (int s = 0; s < T::STAGES - 1; ++s) {
+    if (s < num_tiles) load_x(s, k_begin + s * kBK);
+    CpAsyncCommit();  // group s: x's stage s (and group 0 every early weight stage)
   }
 
+  // A fragment rows of this thread (g and g + 8 of each 16-row slice); rows past m are zeros.
+  const int g = lane >> 2, q = lane & 3;
+  const int valid_rows = a.m - m0;
   for (int t = 0; t < num_tiles; ++t) {
     CpAsyncWait<T::STAGES - 2>();
     __syncthreads();
     {
       const int next = t + T::STAGES - 1;
-      if (next < num_tiles) load_tile(next % T::STAGES, next);
+      if (next < num_tiles) {
+        const int st = next % T::STAGES, k0 = k_begin + next * kBK;
+        LoadWeightStage<T::BN, T::kThreads>(a, w_stage(st), n0, k0, tid);
+        load_x(st, k0);
+      }
       CpAsyncCommit();
     }
-    const uint32_t sa = SmemAddr(smem + (t % T::STAGES) * T::kStageBytes);
-    const uint32_t sb = sa + T::BM * kBK * 2;
+    const uint32_t sb = w_stage(t % T::STAGES), sa = x_stage(t % T::STAGES);
+    const float* xs = reinterpret_cast<const float*>(smem + (t % T::STAGES) * T::kStageBytes + T::kWBytes);
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
       uint32_t af[T::MI][4], bfr[T::NI][2];
 #pragma unroll
       for (int i = 0; i < T::MI; ++i) {
-        const int r = wm * T::WTM + i * 16 + (lane & 15);
-        LdMatrixX4(sa + Swizzle(r, kk * 2 + (lane >> 4)), af[i][0], af[i][1], af[i][2], af[i][3]);
+        if constexpr (!T::kXF32) {
+          const int r = wm * T::WTM + i * 16 + (lane & 15);
+          LdMatrixX4(sa + Swizzle(r, kk * 2 + (lane >> 4)), af[i][0], af[i][1], af[i][2], af[i][3]);
+          continue;
+        }
+        const int r0 = wm * T::WTM + i * 16 + g, r1 = r0 + 8;
+        const float* x0 = xs + r0 * T::kXRowFloats + kk * 16 + 2 * q;
+        const float* x1 = xs + r1 * T::kXRowFloats + kk * 16 + 2 * q;
+        const float2 v0 = r0 < valid_rows ? *reinterpret_cast<const float2*>(x0) : make_float2(0.f, 0.f);
+        const float2 v1 = r1 < valid_rows ? *reinterpret_cast<const float2*>(x1) : make_float2(0.f, 0.f);
+        const float2 v2 = r0 < valid_rows ? *reinterpret_cast<const float2*>(x0 + 8) : make_float2(0.f, 0.f);
+        const float2 v3 = r1 < valid_rows ? *reinterpret_cast<const float2*>(x1 + 8) : make_float2(0.f, 0.f);
+        af[i][0] = PackPair<__nv_bfloat16>(v0.x, v0.y);
+        af[i][1] = PackPair<__nv_bfloat16>(v1.x, v1.y);
+        af[i][2] = PackPair<__nv_bfloat16>(v2.x, v2.y);
+        af[i][3] = PackPair<__nv_bfloat16>(v3.x, v3.y);
       }
 #pragma unroll
       for (int j = 0; j < T::NI / 2; ++j) {
@@ -156,12 +320,13 @@ __global__ void __launch_bounds__(T::kThreads, 2) GemmBf16Kernel(Args a) {
     for (int j = 0; j < T::NI; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = m0 + wm * T::WTM + i * 16 + (lane >> 2) + (e >> 1) * 8;
-        const int col = n0 + wn * T::WTN + j * 8 + (lane & 3) * 2 + (e & 1);
+        const int row = m0 + wm * T::WTM + i * 16 + g + (e >> 1) * 8;
+        const int col = n0 + wn * T::WTN + j * 8 + q * 2 + (e & 1);
         StoreOutput<kMode>(a, row, col, acc[i][j][e]);
       }
     }
   }
+  if constexpr (kMode == Mode::kPartialReduce) ReduceTileIfLast<T::BM, T::BN, T::kThreads>(a, m0, n0, tid);
 }
 
 // ---- Hopper: warpgroup products (wgmma) ----
@@ -182,6 +347,7 @@ struct WgTile {
 };
 
 using WgTile128x256 = WgTile<2, 256, 4>;  // m > 64
+using WgTile64x64 = WgTile<1, 64, 6>;      // m <= 64, usually
 
 template <class T, Mode kMode>
 __global__ void __launch_bounds__(T::kThreads, 1) GemmWgmmaKernel(Args a) {
@@ -194,15 +360,24 @@ __global__ void __launch_bounds__(T::kThreads, 1) GemmWgmmaKernel(Args a) {
   KRange<kMode>(a, &k_begin, &k_end);
   const int num_tiles = (k_end - k_begin) / kBK;
   auto load_tile = [&](int stage, int t) {
-    LoadStage<T::BM, T::BN, T::kThreads>(a, smem + stage * T::kStageBytes, m0, n0, k_begin + t * kBK, tid);
+    LoadBf16Stage<T::BM, T::BN, T::kThreads>(a, smem + stage * T::kStageBytes, m0, n0, k_begin + t * kBK, tid);
   };
 
   float acc[T::kAcc];
 #pragma unroll
   for (int i = 0; i < T::kAcc; ++i) acc[i] = 0.0f;
+  // As in GemmMmaKernel: the first weight stages before waiting on the kernel ahead (pdl).
+  const uint32_t base = SmemAddr(smem);
 #pragma unroll
   for (int s = 0; s < T::STAGES - 1; ++s) {
-    if (s < num_tiles) load_tile(s, s);
+    if (s < num_tiles) {
+      LoadWeightStage<T::BN, T::kThreads>(a, base + s * T::kStageBytes + T::BM * kBK * 2, n0, k_begin + s * kBK, tid);
+    }
+  }
+  if (a.pdl) GridDependencyWait();
+#pragma unroll
+  for (int s = 0; s < T::STAGES - 1; ++s) {
+    if (s < num_tiles) LoadXbStage<T::BM, T::kThreads>(a, base + s * T::kStageBytes, m0, k_begin + s * kBK, tid);
     CpAsyncCommit();
   }
   for (int t = 0; t < num_tiles; ++t) {
@@ -236,6 +411,7 @@ __global__ void __launch_bounds__(T::kThreads, 1) GemmWgmmaKernel(Args a) {
       StoreOutput<kMode>(a, row, col, acc[4 * j + e]);
     }
   }
+  if constexpr (kMode == Mode::kPartialReduce) ReduceTileIfLast<T::BM, T::BN, T::kThreads>(a, m0, n0, tid);
 }
 
 // y (+)= p[0] + p[1] + ... in chunk order.
@@ -252,16 +428,16 @@ __global__ void ReduceChunksKernel(const float* partial, int splits, int m, int 
 
 __global__ void ConvertToBf16Kernel(const float* x, int64_t x_stride, int rows, int cols, int cols_padded,
                                     __nv_bfloat16* out) {
+  LaunchDependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(rows) * cols_padded) return;
   const int64_t r = i / cols_padded, c = i % cols_padded;
   out[i] = __float2bfloat16_rn(c < cols ? x[r * x_stride + c] : 0.0f);
 }
 
-// One launch over T's tiles (and chunks, kPartial): the wgmma kernel for WgTile shapes, the
-// mma.sync one otherwise; each instantiation sets its shared-memory limit once.
+// T's kernel for kMode and its dynamic shared memory; the first call sets the kernel's limit.
 template <class T, Mode kMode>
-void Launch(const Args& a, int splits, cudaStream_t stream) {
+std::pair<void (*)(Args), int> KernelFor() {
   constexpr bool kWgmma = requires { T::WG; };
   void (*kernel)(Args) = nullptr;
   int smem = 0;
@@ -269,7 +445,7 @@ void Launch(const Args& a, int splits, cudaStream_t stream) {
     kernel = GemmWgmmaKernel<T, kMode>;
     smem = T::kSmemBytes;
   } else {
-    kernel = GemmBf16Kernel<T, kMode>;
+    kernel = GemmMmaKernel<T, kMode>;
     smem = T::kPipelineBytes;
   }
   static bool configured = false;
@@ -277,22 +453,48 @@ void Launch(const Args& a, int splits, cudaStream_t stream) {
     PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     configured = true;
   }
-  const dim3 grid((a.n + T::BN - 1) / T::BN, (a.m + T::BM - 1) / T::BM, kMode == Mode::kPartial ? splits : 1);
-  kernel<<<grid, T::kThreads, smem, stream>>>(a);
-  if constexpr (kWgmma) {
-    PAGODA_CUDA_CHECK_LAUNCH("GemmWgmmaKernel");
-  } else {
-    PAGODA_CUDA_CHECK_LAUNCH("GemmBf16Kernel");
-  }
+  return {kernel, smem};
 }
 
-template <class T>
-void LaunchFor(const Args& a, int splits, cudaStream_t stream) {
-  if (splits == 1) {
-    Launch<T, Mode::kSingle>(a, 1, stream);
-  } else {
-    Launch<T, Mode::kPartial>(a, splits, stream);
+// How many of T's blocks (kMode) run at once on the current GPU (resident per SM x SMs).
+template <class T, Mode kMode>
+int64_t ConcurrentBlocks() {
+  static const int64_t blocks = [] {
+    const auto [kernel, smem] = KernelFor<T, kMode>();
+    int per_sm = 0, device = 0, sms = 0;
+    PAGODA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, T::kThreads, smem));
+    PAGODA_CUDA_CHECK(cudaGetDevice(&device));
+    PAGODA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return std::max<int64_t>(1, static_cast<int64_t>(per_sm) * sms);
+  }();
+  return blocks;
+}
+
+// The share of the busy block slots that do work when `blocks` blocks run `slots` at a time.
+double WaveEfficiency(int64_t blocks, int64_t slots) {
+  const int64_t waves = (blocks + slots - 1) / slots;
+  return static_cast<double>(blocks) / static_cast<double>(waves * slots);
+}
+
+// One launch over T's tiles (and chunks): the wgmma kernel for WgTile shapes, the mma.sync one
+// otherwise. a.pdl launches it as a programmatic dependent (its weight loads start while the
+// kernel ahead finishes).
+template <class T, Mode kMode>
+void Launch(const Args& a, int splits, cudaStream_t stream) {
+  const auto [kernel, smem] = KernelFor<T, kMode>();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3((a.n + T::BN - 1) / T::BN, (a.m + T::BM - 1) / T::BM, kMode == Mode::kSingle ? 1 : splits);
+  config.blockDim = dim3(T::kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  if (a.pdl) {
+    config.attrs = &attribute;
+    config.numAttrs = 1;
   }
+  PAGODA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
 }
 
 // f32 weights: a 64 x 64 output tile per block, 4 x 4 outputs per thread, k in order.
@@ -342,7 +544,7 @@ __global__ void __launch_bounds__(256) GemmF32Kernel(const float* x, int64_t x_s
 GemmSplits GemmSplitsFor(int64_t n, int64_t k_padded) {
   // Enough (tile, chunk) blocks for every SM of a large GPU at m = 1 (64-wide tiles), chunks
   // of at least 512 values, at most 4 chunks (the partial sums' traffic grows with them).
-  constexpr int64_t kTargetBlocks = 256, kMinChunk = 512, kMaxSplits = 4;
+  constexpr int64_t kTargetBlocks = 256, kMinChunk = 512, kMaxSplits = kMaxChunks;
   const int64_t tiles = (n + 63) / 64;
   int64_t splits = 1;
   while (splits < kMaxSplits && tiles * splits < kTargetBlocks && k_padded / (splits * 2) >= kMinChunk) splits *= 2;
@@ -372,8 +574,13 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
   if (p.m <= 0 || p.n <= 0) return;
   PAGODA_CHECK(p.k_padded % kGemmKTile == 0 && p.k_padded >= p.k && p.splits.chunk % kGemmKTile == 0)
       << "GemmBf16: bad padding (k " << p.k << ", padded " << p.k_padded << ", chunk " << p.splits.chunk << ")";
-  ConvertToBf16(p.x, p.x_stride, p.m, p.k, p.k_padded, p.xb, stream);
-  Args a;
+  const int splits = p.splits.splits;
+  PAGODA_CHECK(splits == 1 || p.partial != nullptr) << "GemmBf16: no scratch for the partial sums";
+  Args a = {};
+  a.x = p.x;
+  a.x_stride = p.x_stride;
+  a.x_vec = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_stride % 4 == 0;
+  a.k = static_cast<int>(p.k);
   a.xb = p.xb;
   a.w = p.w;
   a.m = static_cast<int>(p.m);
@@ -384,29 +591,63 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
   a.y_stride = p.y_stride;
   a.accumulate = p.accumulate;
   a.partial = p.partial;
-  const int splits = p.splits.splits;
-  PAGODA_CHECK(splits == 1 || p.partial != nullptr) << "GemmBf16: no scratch for the partial sums";
-  // Several chunks: slabs of at most kGemmPartialMaxRows rows, each chunk's sums into its partial
-  // plane, then ReduceChunks adds the planes in chunk order.
+  a.counters = p.counters;
+  if (p.m <= MediumTile::BM) {
+    // The chunks' sums added by each tile's last block; up to kXF32MaxRows rows, x rounded in
+    // the kernel too: one launch.
+    a.pdl = p.pdl;
+    if (splits > 1) {
+      PAGODA_CHECK(p.counters != nullptr && (p.n + 63) / 64 <= kGemmMaxCounters)
+          << "GemmBf16: " << (p.n + 63) / 64 << " output tiles, " << kGemmMaxCounters << " tile counters";
+    }
+    auto launch = [&]<class T>() {
+      constexpr bool kXF32 = requires { requires T::kXF32; };
+      if constexpr (!kXF32) ConvertToBf16(p.x, p.x_stride, p.m, p.k, p.k_padded, p.xb, stream);
+      if (splits == 1) {
+        Launch<T, Mode::kSingle>(a, 1, stream);
+      } else {
+        Launch<T, Mode::kPartialReduce>(a, splits, stream);
+      }
+    };
+    if (p.m <= kXF32MaxRows) {
+      launch.template operator()<TinyTile>();
+      return;
+    }
+    // wgmma (six stages, two blocks an SM) streams best, unless its blocks leave a last wave
+    // mostly idle where the mma.sync tiles (three an SM) fill theirs: q|k|v of Llama-3-8B on
+    // 132 SMs (384 blocks) is 28.7 us with mma.sync, 34.1 with wgmma.
+    const int64_t blocks = (p.n + 63) / 64 * splits;
+    const Mode mode = splits == 1 ? Mode::kSingle : Mode::kPartialReduce;
+    const double wg = mode == Mode::kSingle ? WaveEfficiency(blocks, ConcurrentBlocks<WgTile64x64, Mode::kSingle>())
+                                            : WaveEfficiency(blocks, ConcurrentBlocks<WgTile64x64, Mode::kPartialReduce>());
+    const double mma = mode == Mode::kSingle ? WaveEfficiency(blocks, ConcurrentBlocks<MediumTile, Mode::kSingle>())
+                                             : WaveEfficiency(blocks, ConcurrentBlocks<MediumTile, Mode::kPartialReduce>());
+    if (wg < 0.8 && mma > wg) {
+      launch.template operator()<MediumTile>();
+    } else {
+      launch.template operator()<WgTile64x64>();
+    }
+    return;
+  }
+  // More rows: x to bf16 once, then wgmma tiles. Several chunks: slabs of at most
+  // kGemmPartialMaxRows rows, each chunk's sums into its partial plane, then ReduceChunks adds
+  // the planes in chunk order.
+  ConvertToBf16(p.x, p.x_stride, p.m, p.k, p.k_padded, p.xb, stream);
   for (int64_t r0 = 0; r0 < p.m; r0 += splits == 1 ? p.m : kGemmPartialMaxRows) {
     const int64_t rows = splits == 1 ? p.m : std::min(kGemmPartialMaxRows, p.m - r0);
     Args s = a;
     s.xb = a.xb + r0 * a.kp;
     s.m = static_cast<int>(rows);
     s.y = a.y + r0 * a.y_stride;
-    if (rows <= SmallTile::BM) {
-      LaunchFor<SmallTile>(s, splits, stream);
-    } else if (rows <= MediumTile::BM) {
-      LaunchFor<MediumTile>(s, splits, stream);
-    } else {
-      LaunchFor<WgTile128x256>(s, splits, stream);
+    if (splits == 1) {
+      Launch<WgTile128x256, Mode::kSingle>(s, 1, stream);
+      continue;
     }
-    if (splits > 1) {
-      const int64_t total = rows * p.n;
-      ReduceChunksKernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
-          p.partial, splits, s.m, s.n, s.y, p.y_stride, p.accumulate);
-      PAGODA_CUDA_CHECK_LAUNCH("ReduceChunksKernel");
-    }
+    Launch<WgTile128x256, Mode::kPartial>(s, splits, stream);
+    const int64_t total = rows * p.n;
+    ReduceChunksKernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
+        p.partial, splits, s.m, s.n, s.y, p.y_stride, p.accumulate);
+    PAGODA_CUDA_CHECK_LAUNCH("ReduceChunksKernel");
   }
 }
 

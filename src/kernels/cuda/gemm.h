@@ -6,9 +6,14 @@
 // Two weight types:
 //   - bf16 W (every bf16/f16/quantized model): tensor cores with bf16 operands and f32
 //     accumulation. x is rounded to bf16 first (GemmBf16's scratch `xb`, zero-padded to the
-//     weight's padded k). W is stored with k padded to a multiple of 64 (zeros). Up to 64 rows:
-//     mma.sync m16n8k16 kernels (16 x 64 or 64 x 64 tiles, the weight streamed through every
-//     SM); more rows: Hopper wgmma m64n256k16 kernels, 128 x 256 tiles.
+//     weight's padded k). W is stored with k padded to a multiple of 64 (zeros). Up to 8 rows:
+//     one launch of an mma.sync m16n8k16 kernel (16 x 64 tiles, the weight streamed through
+//     every SM) that rounds x to bf16 as it builds its fragments; up to 64 rows: x rounded once
+//     (ConvertToBf16), then wgmma m64n64k16 tiles (or 64 x 64 mma.sync tiles where those fill
+//     the SMs' last wave better); in both, each tile's last block to finish adds the k chunks'
+//     sums. More rows: wgmma m64n256k16 kernels with 128 x 256 tiles, then ReduceChunks.
+//     Launched as programmatic dependents (GemmBf16Params::pdl), the m <= 64 kernels request
+//     their first weight tiles before the kernel ahead of them has finished.
 //   - f32 W (f32 models): CUDA cores, f32 products and sums in k order (no TF32).
 //
 // Why the bits do not depend on m: every output element is summed in one fixed order that only
@@ -31,6 +36,9 @@ namespace pagoda::cuda {
 inline constexpr int64_t kGemmKTile = 64;
 // Rows of one pass of a product of several chunks (the partial planes' height).
 inline constexpr int64_t kGemmPartialMaxRows = 512;
+// Tile counters a caller provides (zeroed once; the kernels leave them zero): one per 64 output
+// columns of a weight cut into several k chunks (such weights have fewer than 256 tiles).
+inline constexpr int64_t kGemmMaxCounters = 1024;
 
 // The k chunks for a weight [n, k]: more chunks for few output tiles (decode streams the
 // weight through every SM), one for wide weights. A function of (n, k) only.
@@ -53,10 +61,15 @@ struct GemmBf16Params {
   float* y = nullptr;
   int64_t y_stride = 0;
   bool accumulate = false;
-  // Scratch the caller owns (device): xb [m, k_padded] bf16; partial [splits, min(m,
-  // kGemmPartialMaxRows), n] f32 when splits > 1 (GemmBf16PartialFloats says how many floats).
+  // Scratch the caller owns (device): xb [m, k_padded] bf16 (m > 64); partial [splits, min(m,
+  // kGemmPartialMaxRows), n] f32 when splits > 1 (GemmBf16PartialFloats says how many floats);
+  // counters: kGemmMaxCounters ints, zero before the first call (each call leaves them zero).
   uint16_t* xb = nullptr;
   float* partial = nullptr;
+  int* counters = nullptr;
+  // Up to 64 rows: launch as a programmatic dependent of the kernel ahead in the stream, so the
+  // weight stream starts while that kernel drains (CUDA graphs keep the dependency).
+  bool pdl = false;
 };
 int64_t GemmBf16PartialFloats(int64_t m, int64_t n, const GemmSplits& s);
 void GemmBf16(const GemmBf16Params& p, cudaStream_t stream);

@@ -25,6 +25,15 @@ __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool va
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src) { CpAsync16(SmemAddr(dst), src); }
+// 16 bytes to shared of which the first `bytes` (0..16) come from `src`, the rest zeros.
+__device__ __forceinline__ void CpAsync16Bytes(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+// 4 bytes global -> shared, or 4 zero bytes when !valid (rows whose 16-byte chunks are unaligned).
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
 // 4 bytes global -> shared, asynchronously (rows that are not multiples of 16 bytes).
 __device__ __forceinline__ void CpAsync4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(SmemAddr(dst)), "l"(src));
