@@ -20,6 +20,7 @@
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/rope.h"
+#include "kernels/cuda/sampling.h"
 
 namespace pagoda {
 
@@ -181,6 +182,10 @@ void CudaBackend::ReserveScratch(int64_t max_tokens, int64_t max_logits) {
   // Split-k partial sums: planes of at most kGemmPartialMaxRows rows (kernels/cuda/gemm.h).
   s.gemm_partial.Get<float>(std::min<int64_t>(max_tokens, cuda::kGemmPartialMaxRows) * s.max_partial_per_row);
   s.staging.Get<float>(max_logits * s.max_rows);
+  // The device sampler's sort buffers (at most 192 MiB), before the KV cache takes the rest.
+  if (max_logits > 0 && s.max_rows > 0) {
+    s.sample_scratch.Get<char>(static_cast<int64_t>(cuda::SampleScratchBytes(max_logits, s.max_rows)));
+  }
 }
 
 CudaBackend::MemoryInfo CudaBackend::DeviceMemory() const {
