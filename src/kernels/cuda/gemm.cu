@@ -66,16 +66,23 @@ inline constexpr int64_t kXF32MaxRows = 8;
 using TinyTile = Tile<16, 64, 1, 4, 4, true>;     // m <= kXF32MaxRows (decode of a few sequences)
 using MediumTile = Tile<64, 64, 2, 2, 4, false>;  // m <= 64 (when WgTile64x64 would leave SMs idle)
 
-// Copies k-tile [k0, k0 + 64) of BN rows of W into a stage (rows of 128 bytes, swizzled; rows
-// past n zero-filled).
+// Copies k-tile [k0, k0 + 64) of ROWS rows r0.. of a bf16 matrix [*, kp] into a stage (rows
+// of 128 bytes, swizzled; rows at or past `limit` zero-filled).
+template <int ROWS, int kThreads>
+__device__ __forceinline__ void LoadBf16Rows(const uint16_t* src, int kp, int r0, int limit, uint32_t dst, int k0,
+                                             int tid) {
+#pragma unroll
+  for (int i = tid; i < ROWS * 8; i += kThreads) {
+    const int r = i >> 3, c = i & 7;
+    const bool ok = r0 + r < limit;
+    CpAsync16(dst + Swizzle(r, c), src + static_cast<int64_t>(ok ? r0 + r : 0) * kp + k0 + c * 8, ok);
+  }
+}
+
+// The k-tile of W's BN rows n0.. (a stage's weight part).
 template <int BN, int kThreads>
 __device__ __forceinline__ void LoadWeightStage(const Args& a, uint32_t sb, int n0, int k0, int tid) {
-#pragma unroll
-  for (int i = tid; i < BN * 8; i += kThreads) {
-    const int r = i >> 3, c = i & 7;
-    const bool ok = n0 + r < a.n;
-    CpAsync16(sb + Swizzle(r, c), a.w + static_cast<int64_t>(ok ? n0 + r : 0) * a.kp + k0 + c * 8, ok);
-  }
+  LoadBf16Rows<BN, kThreads>(a.w, a.kp, n0, a.n, sb, k0, tid);
 }
 
 // Copies k-tile [k0, k0 + 64) of x's rows m0.. (those below m) into a stage as f32, zeros past k.
@@ -98,15 +105,10 @@ __device__ __forceinline__ void LoadXStage(const Args& a, uint32_t sx, int m0, i
   }
 }
 
-// Copies k-tile [k0, k0 + 64) of BM rows of xb (bf16, swizzled; rows past m zeros).
+// The k-tile of xb's BM rows m0.. (rows past m zeros).
 template <int BM, int kThreads>
 __device__ __forceinline__ void LoadXbStage(const Args& a, uint32_t sa, int m0, int k0, int tid) {
-#pragma unroll
-  for (int i = tid; i < BM * 8; i += kThreads) {
-    const int r = i >> 3, c = i & 7;
-    const bool ok = m0 + r < a.m;
-    CpAsync16(sa + Swizzle(r, c), a.xb + static_cast<int64_t>(ok ? m0 + r : 0) * a.kp + k0 + c * 8, ok);
-  }
+  LoadBf16Rows<BM, kThreads>(a.xb, a.kp, m0, a.m, sa, k0, tid);
 }
 
 // The wgmma kernel's stage: the k-tile of xb's BM rows, then of W's BN rows.

@@ -86,41 +86,25 @@ struct BlockShared {
   Best b;
 };
 
-__device__ double BlockSum(double x, BlockShared& s) {
+struct PlusOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+
+// x reduced over the block by `op` through `storage`, handed to every thread through `slot`.
+template <typename T, typename Op, typename Storage>
+__device__ T BlockAll(T x, Op op, Storage& storage, T& slot) {
   __syncthreads();
-  const double t = cub::BlockReduce<double, kThreads>(s.cub.d).Sum(x);
-  if (threadIdx.x == 0) s.d = t;
+  const T t = cub::BlockReduce<T, kThreads>(storage).Reduce(x, op);
+  if (threadIdx.x == 0) slot = t;
   __syncthreads();
-  return s.d;
+  return slot;
 }
-__device__ double BlockMax(double x, BlockShared& s) {
-  __syncthreads();
-  const double t = cub::BlockReduce<double, kThreads>(s.cub.d).Reduce(x, MaxOp());
-  if (threadIdx.x == 0) s.d = t;
-  __syncthreads();
-  return s.d;
-}
-__device__ int BlockMin(int x, BlockShared& s) {
-  __syncthreads();
-  const int t = cub::BlockReduce<int, kThreads>(s.cub.i).Reduce(x, MinOp());
-  if (threadIdx.x == 0) s.i = t;
-  __syncthreads();
-  return s.i;
-}
-__device__ int BlockSumInt(int x, BlockShared& s) {
-  __syncthreads();
-  const int t = cub::BlockReduce<int, kThreads>(s.cub.i).Sum(x);
-  if (threadIdx.x == 0) s.i = t;
-  __syncthreads();
-  return s.i;
-}
-__device__ Best BlockBest(Best x, BlockShared& s) {
-  __syncthreads();
-  const Best t = cub::BlockReduce<Best, kThreads>(s.cub.b).Reduce(x, BetterOp());
-  if (threadIdx.x == 0) s.b = t;
-  __syncthreads();
-  return s.b;
-}
+__device__ double BlockSum(double x, BlockShared& s) { return BlockAll(x, PlusOp(), s.cub.d, s.d); }
+__device__ double BlockMax(double x, BlockShared& s) { return BlockAll(x, MaxOp(), s.cub.d, s.d); }
+__device__ int BlockMin(int x, BlockShared& s) { return BlockAll(x, MinOp(), s.cub.i, s.i); }
+__device__ int BlockSumInt(int x, BlockShared& s) { return BlockAll(x, PlusOp(), s.cub.i, s.i); }
+__device__ Best BlockBest(Best x, BlockShared& s) { return BlockAll(x, BetterOp(), s.cub.b, s.b); }
 
 // sum of value(i) for i in [0, n).
 template <typename Value>
