@@ -1,7 +1,6 @@
 #include "kernels/cuda/elementwise.h"
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/pdl.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -18,7 +17,6 @@ struct Grid {
 
 template <typename F>
 __global__ void RowKernel(int64_t row0, int64_t cols, F f) {
-  LaunchDependents();  // SiLU-mul and the adds often precede a decode GEMM
   const int64_t r = row0 + blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c < cols) f(r, c);

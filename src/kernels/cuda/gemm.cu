@@ -430,7 +430,6 @@ __global__ void ReduceChunksKernel(const float* partial, int splits, int m, int 
 
 __global__ void ConvertToBf16Kernel(const float* x, int64_t x_stride, int rows, int cols, int cols_padded,
                                     __nv_bfloat16* out) {
-  LaunchDependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(rows) * cols_padded) return;
   const int64_t r = i / cols_padded, c = i % cols_padded;

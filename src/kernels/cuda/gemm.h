@@ -12,8 +12,9 @@
 //     (ConvertToBf16), then wgmma m64n64k16 tiles (or 64 x 64 mma.sync tiles where those fill
 //     the SMs' last wave better); in both, each tile's last block to finish adds the k chunks'
 //     sums. More rows: wgmma m64n256k16 kernels with 128 x 256 tiles, then ReduceChunks.
-//     Launched as programmatic dependents (GemmBf16Params::pdl), the m <= 64 kernels request
-//     their first weight tiles before the kernel ahead of them has finished.
+//     Launched as programmatic dependents (GemmBf16Params::pdl), the m <= 64 kernels start as
+//     the kernel ahead of them ends and request their first weight tiles before its writes
+//     are visible (they need only x to wait for).
 //   - f32 W (f32 models): CUDA cores, f32 products and sums in k order (no TF32).
 //
 // Why the bits do not depend on m: every output element is summed in one fixed order that only

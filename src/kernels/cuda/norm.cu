@@ -1,7 +1,6 @@
 #include "kernels/cuda/norm.h"
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/pdl.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -11,7 +10,6 @@ constexpr int kThreads = 256;
 // The sum of squares in float64 like the CPU kernel, so rows agree to the last f32 rounding
 // of the products; y may alias x (each thread rewrites only the values it read).
 __global__ void RmsNormKernel(RmsNormParams p) {
-  LaunchDependents();  // a decode GEMM usually follows
   const int64_t r = blockIdx.x;
   const float* x = p.x + r * p.x_stride;
   float* y = p.y + r * p.y_stride;
