@@ -2,6 +2,8 @@
 // measured in the same run (run by scripts/gpu-check beside ../shared/tools/gpu_baselines.py).
 //
 //   pagoda_cuda_bench [--quick] [--gemm-only] [--sampling-only] [--model dummy:llama-3-8b] [--enforce-eager]
+//                     [--profile-decode B]  (decode at batch B only, its last 2 graphed steps in a
+//                                            profiler range: ncu --profile-from-start off)
 //
 // Prints one line per measurement:
 //   copy      device-to-device copy of 2 GiB: GB/s counting bytes read + written (the decode
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -287,7 +290,12 @@ void BenchSampling(CudaBackend& gpu, bool quick) {
   }
 }
 
-void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool quick, bool graphs) {
+// profile_batch > 0: only decode at that batch, and its last kProfilerSteps graphed steps inside
+// a profiler range (SetProfiling), for `ncu --profile-from-start off` (gpu-check's profile).
+constexpr int64_t kProfilerSteps = 2;
+
+void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool quick, bool graphs,
+                int64_t profile_batch) {
   LoadOptions options;
   options.backend = &gpu;
   const auto t_load = std::chrono::steady_clock::now();
@@ -307,6 +315,7 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
   };
   // Prefill alone: one sequence of n tokens.
   for (int64_t n : {int64_t{512}, int64_t{4096}}) {
+    if (profile_batch > 0) break;
     const int64_t blocks = (n + block) / block + 1;
     auto cache = gpu.CreateKVCache(model->KVShapeFor(blocks, block, DType::kBF16));
     std::vector<int32_t> table(blocks);
@@ -323,6 +332,7 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
   }
   const int64_t input = 512, output = quick ? 32 : 128;
   for (int64_t batch : {int64_t{1}, int64_t{64}}) {
+    if (profile_batch > 0 && batch != profile_batch) continue;
     constexpr int64_t kProfiled = 2;  // eager steps after the timed ones, each op timed
     const int64_t per_seq = (input + output + kProfiled + block - 1) / block;
     auto cache = gpu.CreateKVCache(model->KVShapeFor(batch * per_seq, block, DType::kBF16));
@@ -352,6 +362,7 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
     std::vector<double> step_s;
     for (int64_t i = 0; i < output; ++i) {
       gpu.Synchronize();
+      if (profile_batch > 0 && i == output - kProfilerSteps) gpu.SetProfiling(true);
       const auto t0 = std::chrono::steady_clock::now();
       builder.Reset(block);
       for (int64_t s = 0; s < batch; ++s) {
@@ -362,6 +373,7 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
       gpu.Synchronize();
       step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
+    if (profile_batch > 0) gpu.SetProfiling(false);
     std::sort(step_s.begin(), step_s.end());
     const double t = step_s[step_s.size() / 2];
     // Where a step's time goes: the same step eagerly, every op synchronized and timed.
@@ -397,6 +409,7 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
 int main(int argc, char** argv) {
   using namespace pagoda;
   bool quick = false, eager = false, gemm_only = false, sampling_only = false;
+  int64_t profile_batch = 0;
   std::string model;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
@@ -404,12 +417,17 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--gemm-only") == 0) gemm_only = true;
     if (std::strcmp(argv[i], "--sampling-only") == 0) sampling_only = true;
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
+    if (std::strcmp(argv[i], "--profile-decode") == 0 && i + 1 < argc) profile_batch = std::atoll(argv[++i]);
   }
   try {
     CudaBackend& gpu = DefaultCudaBackend();
     std::printf("device: %s\n", gpu.DeviceSummary().c_str());
     if (sampling_only) {
       BenchSampling(gpu, quick);
+      return 0;
+    }
+    if (profile_batch > 0) {  // the model's decode steps only, the last ones profiled
+      BenchModel(gpu, model.empty() ? "dummy:llama-3-8b" : model, CopyBandwidth(gpu), true, !eager, profile_batch);
       return 0;
     }
     const double copy = CopyBandwidth(gpu);
@@ -423,7 +441,7 @@ int main(int argc, char** argv) {
     for (const KVQuant q : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8}) BenchDecodeAttention(gpu, 64, 8192, copy, q);
     BenchPrefillAttentions(gpu, quick);
     BenchSampling(gpu, quick);
-    if (!model.empty()) BenchModel(gpu, model, copy, quick, !eager);
+    if (!model.empty()) BenchModel(gpu, model, copy, quick, !eager, 0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pagoda_cuda_bench: %s\n", e.what());
     return 1;

@@ -1,5 +1,6 @@
 #include "backend/cuda_backend.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +30,10 @@ void CudaBackend::EnableOpTimes(bool on) {
   s_->op_seconds.clear();
 }
 std::vector<std::pair<std::string, double>> CudaBackend::OpTimes() const { return s_->op_seconds; }
+void CudaBackend::SetProfiling(bool on) {
+  UseDevice(s_->device);
+  PAGODA_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop());
+}
 
 CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
   int count = 0;

@@ -107,6 +107,9 @@ class CudaBackend : public Backend {
   // each op synchronized before and after (so only meaningful with step graphs off).
   void EnableOpTimes(bool on);
   std::vector<std::pair<std::string, double>> OpTimes() const;
+  // Benchmarks: marks the work a profiler started with --profile-from-start off records (Nsight
+  // Compute's `ncu`, scripts/gpu-check's GPU_CHECK_PROFILE): cudaProfilerStart / Stop.
+  void SetProfiling(bool on);
 
   struct State;  // device buffers of the current step, the cuBLAS handle, scratch
 
