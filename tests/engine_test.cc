@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <utility>
 
+#include "backend/cpu_backend.h"
 #include "core/error.h"
 #include "engine/generator.h"
 #include "kv/kv_cache_config.h"
@@ -109,6 +112,91 @@ TEST_F(EngineTest, PreemptionUnderATinyCacheLosesNothing) {
   for (const auto& [id, ids] : out) {
     EXPECT_EQ(ids, Alone(specs[i].prompt, 60)) << "request " << id;
     ++i;
+  }
+}
+
+// Decode steps padded to a few batch sizes (--cuda-graph-sizes) with rows on a spare block:
+// the real rows' tokens do not change, as requests finish at different steps (every batch
+// size from 12 down to 1) and under preemption.
+TEST_F(EngineTest, PaddedDecodeBatchesGiveTheUnpaddedOutputs) {
+  EngineConfig config = Config(256);
+  config.decode_batch_sizes = {1, 2, 4, 8, 16};
+  Engine e(*model_, tokenizer_.get(), config);
+  auto specs = Specs(12, 40, 30, false);
+  for (size_t i = 0; i < specs.size(); ++i) specs[i].max_tokens = 5 + 3 * static_cast<int64_t>(i);
+  const auto out = RunAll(e, specs);
+  ASSERT_EQ(out.size(), specs.size());
+  int i = 0;
+  for (const auto& [id, ids] : out) {
+    EXPECT_EQ(ids, Alone(specs[i].prompt, specs[i].max_tokens)) << "request " << id;
+    ++i;
+  }
+
+  EngineConfig tiny = Config(20, 16, true);
+  tiny.decode_batch_sizes = {4, 8};
+  Engine t(*model_, tokenizer_.get(), tiny);
+  const auto tiny_specs = Specs(10, 60, 60, false);
+  const auto tiny_out = RunAll(t, tiny_specs);
+  EXPECT_GT(t.Stats().num_preemptions, 0);
+  i = 0;
+  for (const auto& [id, ids] : tiny_out) {
+    EXPECT_EQ(ids, Alone(tiny_specs[i].prompt, 60)) << "request " << id << " (preempted cache)";
+    ++i;
+  }
+}
+
+// The CPU backend, saying (as the CUDA backend does) that its decode steps run as graphs that
+// differ at these contexts; it records each step's sequences and longest context.
+class GraphingCpuBackend : public CpuBackend {
+ public:
+  std::vector<int64_t> DecodeGraphContexts(int64_t max_len, const KVCache& /*cache*/) const override {
+    return {1, 17, max_len};
+  }
+  void BeginStep(const StepDescription& step, KVCache& cache) override {
+    int32_t longest = 0;
+    for (int32_t len : step.seq_lens) longest = std::max(longest, len);
+    steps.emplace_back(step.num_seqs(), longest);
+    if (step.num_tokens() == step.num_seqs()) decode_batches.push_back(step.num_seqs());
+    CpuBackend::BeginStep(step, cache);
+  }
+  std::vector<std::pair<int64_t, int32_t>> steps;  // (sequences, longest context)
+  std::vector<int64_t> decode_batches;             // sequences of each one-token-a-sequence step
+};
+
+// With padding on, the engine warms up every (batch size, graph context) twice before the first
+// request (the widest step first), then runs every decode step at a configured size.
+TEST_F(EngineTest, StartUpWarmsUpEveryDecodeGraphThenPadsToItsSizes) {
+  GraphingCpuBackend backend;
+  LoadOptions options;
+  options.backend = &backend;
+  auto model = LoadModel(testing::Fixture("models/stories260K/stories260K.bin"), options);
+  EngineConfig config = Config(256);
+  config.decode_batch_sizes = {1, 2, 4, 100};  // 100 > max_num_seqs (64): dropped
+  Engine e(*model, tokenizer_.get(), config);
+  const int64_t max_len = config.scheduler.max_model_len;
+  std::vector<std::pair<int64_t, int32_t>> want = {{4, static_cast<int32_t>(max_len)}};
+  for (int64_t batch : {1, 2, 4}) {
+    for (int64_t context : {int64_t{1}, int64_t{17}, max_len}) {
+      want.emplace_back(batch, static_cast<int32_t>(context));
+      want.emplace_back(batch, static_cast<int32_t>(context));
+    }
+  }
+  EXPECT_EQ(backend.steps, want);
+
+  backend.decode_batches.clear();
+  auto specs = Specs(3, 20, 12, false);
+  specs[1].max_tokens = 6;
+  const auto out = RunAll(e, specs);
+  int i = 0;
+  for (const auto& [id, ids] : out) {
+    EXPECT_EQ(ids, Alone(specs[i].prompt, specs[i].max_tokens)) << "request " << id;
+    ++i;
+  }
+  ASSERT_FALSE(backend.decode_batches.empty());
+  EXPECT_EQ(backend.decode_batches.front(), 4) << "3 sequences decode at the next size";
+  EXPECT_EQ(backend.decode_batches.back(), 2) << "the last 2 sequences decode at size 2";
+  for (int64_t seqs : backend.decode_batches) {
+    EXPECT_TRUE(seqs == 2 || seqs == 4) << seqs << " sequences in a decode step";
   }
 }
 

@@ -152,6 +152,11 @@ class Backend {
   // with the logits MatMul into host memory or LogitsBuffer (the engine, the generator, the
   // benchmarks) may turn it on.
   virtual void EnableStepGraphs(bool /*on*/) {}
+  // The contexts (keys a decode token attends to, up to max_len) whose decode steps over `cache`
+  // run as different graphs: the engine's start-up runs a padded decode step at each context
+  // and batch size (EngineConfig::decode_batch_sizes) so every graph is captured before the
+  // first request. Empty (the default): no decode-step graphs, nothing to warm up.
+  virtual std::vector<int64_t> DecodeGraphContexts(int64_t /*max_len*/, const KVCache& /*cache*/) const { return {}; }
   // Scratch for steps of up to `max_tokens` tokens and `max_logits` logits rows, allocated now
   // (models call it from ReserveWorkspace), so a step allocates nothing. No-op by default.
   virtual void ReserveScratch(int64_t /*max_tokens*/, int64_t /*max_logits*/) {}

@@ -65,6 +65,20 @@ CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
 CudaBackend::~CudaBackend() = default;
 
 void CudaBackend::EnableStepGraphs(bool on) { s_->graphs->Enable(on); }
+
+std::vector<int64_t> CudaBackend::DecodeGraphContexts(int64_t max_len, const KVCache& cache) const {
+  std::vector<int64_t> contexts;
+  const auto* c = dynamic_cast<const CudaKVCache*>(&cache);
+  if (!s_->graphs->enabled() || c == nullptr || s_->host_waiting_caches.count(c->id()) > 0) return contexts;
+  // Graphs are keyed by the split depth, which grows just past powers of two.
+  int last = -1;
+  for (int64_t keys = 1; keys <= max_len; keys = keys == 1 ? 2 : (keys - 1) * 2 + 1) {
+    const int depth = cuda::FlashSplitDepth(keys);
+    if (depth != last) contexts.push_back(keys);
+    last = depth;
+  }
+  return contexts;
+}
 int64_t CudaBackend::num_step_graphs() const { return s_->graphs->size(); }
 
 CudaBackend& DefaultCudaBackend() {
@@ -187,6 +201,18 @@ void CudaBackend::ReserveScratch(int64_t max_tokens, int64_t max_logits) {
   // Split-k partial sums: planes of at most kGemmPartialMaxRows rows (kernels/cuda/gemm.h).
   s.gemm_partial.Get<float>(std::min<int64_t>(max_tokens, cuda::kGemmPartialMaxRows) * s.max_partial_per_row);
   s.staging.Get<float>(max_logits * s.max_rows);
+  // The step's inputs (BeginStep) at their largest: a later step never moves them, which would
+  // drop every captured graph (the block table grows with the contexts instead).
+  const void* before[] = {s.token_ids.ptr.get(), s.positions.ptr.get(), s.slots.ptr.get(), s.token_tables.ptr.get(),
+                          s.logits_index.ptr.get()};
+  s.token_ids.Reserve<int32_t>(max_tokens);
+  s.positions.Reserve<int32_t>(max_tokens);
+  s.slots.Reserve<int64_t>(max_tokens);
+  s.token_tables.Reserve<const int32_t*>(max_tokens);
+  s.logits_index.Reserve<int32_t>(max_logits);
+  const void* after[] = {s.token_ids.ptr.get(), s.positions.ptr.get(), s.slots.ptr.get(), s.token_tables.ptr.get(),
+                         s.logits_index.ptr.get()};
+  if (!std::equal(std::begin(before), std::end(before), std::begin(after))) s.graphs->Drop();  // they read the old ones
   // The device sampler's sort buffers (at most 192 MiB), before the KV cache takes the rest.
   if (max_logits > 0 && s.max_rows > 0) {
     s.sample_scratch.Get<char>(static_cast<int64_t>(cuda::SampleScratchBytes(max_logits, s.max_rows)));

@@ -57,6 +57,9 @@ class CudaBackend : public Backend {
   std::unique_ptr<KVCache> CreateKVCache(const KVStorageShape& shape) override;
   void CopyBlock(KVCache& cache, int32_t src, int32_t dst) override;
   void EnableStepGraphs(bool on) override;
+  // With graphs on: 1 and the first context of each deeper attention split (FlashSplitDepth),
+  // unless the cache's model waits on the host mid-step (MoE).
+  std::vector<int64_t> DecodeGraphContexts(int64_t max_len, const KVCache& cache) const override;
   void ReserveScratch(int64_t max_tokens, int64_t max_logits) override;
   MemoryInfo DeviceMemory() const override;
 

@@ -48,11 +48,16 @@ struct DeviceScratch {
   template <typename T>
   T* UploadGrowing(const T* host, int64_t n, bool* moved) {
     const void* before = ptr.get();
+    Reserve<T>(n);
+    if (ptr.get() != before) *moved = true;
+    return Upload(host, n);
+  }
+  // The capacity UploadGrowing would grow to for n values, now (start-up sizing).
+  template <typename T>
+  void Reserve(int64_t n) {
     int64_t capacity = 64;
     while (capacity < n) capacity *= 2;
     Get<T>(capacity);
-    if (ptr.get() != before) *moved = true;
-    return Upload(host, n);
   }
 };
 

@@ -30,6 +30,7 @@ class StepGraphs {
   StepGraphs& operator=(const StepGraphs&) = delete;
 
   void Enable(bool on);  // off drops every graph
+  bool enabled() const { return enabled_; }
   // Destroys every graph. REQUIRES: no step being captured or replayed.
   void Drop();
   int64_t size() const { return static_cast<int64_t>(graphs_.size()); }

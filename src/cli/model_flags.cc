@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "core/parallel.h"
+#include "engine/decode_padding.h"
 #include "kv/kv_cache_config.h"
 #include "kv/kv_layout.h"
 #include "model/tensor_parallel_model.h"
@@ -137,6 +138,11 @@ void EngineFlags::Add(CLI::App* app) {
   app->add_option("--prefix-caching-hash-algo", prefix_caching_hash_algo, "sha256 | xxhash")->capture_default_str();
   app->add_option("--max-num-seqs", max_num_seqs, "most requests running at once")->capture_default_str();
   app->add_option("--max-num-batched-tokens", max_num_batched_tokens, "token budget of one step")->capture_default_str();
+  app->add_option("--cuda-graph-sizes", cuda_graph_sizes,
+                  "--device cuda: decode batch sizes to pad to and capture graphs for at start-up: none (a graph "
+                  "per batch size, captured on its second step), auto (1, 2, 4, then multiples of 8 up to "
+                  "--max-num-seqs, as vLLM) or a list such as 1,2,4,8,16")
+      ->capture_default_str();
 }
 
 EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, Model& model) const {
@@ -174,6 +180,9 @@ EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, Model& model) cons
   c.scheduler.max_num_batched_tokens = max_num_batched_tokens;
   c.enable_prefix_caching = enable_prefix_caching;
   c.prefix_hash_algo = ParsePrefixHashAlgo(prefix_caching_hash_algo);
+  // Checked on every device; padding only where decode steps run as graphs.
+  const std::vector<int64_t> sizes = ParseDecodeBatchSizes(cuda_graph_sizes, max_num_seqs);
+  if (flags.device == "cuda" && !flags.enforce_eager) c.decode_batch_sizes = sizes;
   return c;
 }
 

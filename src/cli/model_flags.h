@@ -50,7 +50,7 @@ struct ModelFlags {
 // Flags of commands that run the continuous-batching engine (serve, bench, eval), with
 // vLLM's names: --kv-cache-memory, --gpu-memory-utilization, --enable-prefix-caching /
 // --no-enable-prefix-caching, --prefix-caching-hash-algo, --max-num-seqs,
-// --max-num-batched-tokens.
+// --max-num-batched-tokens, --cuda-graph-sizes.
 struct EngineFlags {
   std::string kv_cache_memory;
   std::optional<double> gpu_memory_utilization;
@@ -58,6 +58,9 @@ struct EngineFlags {
   std::string prefix_caching_hash_algo = "sha256";
   int64_t max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
+  // --cuda-graph-sizes: none | auto | 1,2,4,... (engine/decode_padding.h); with --device cuda
+  // and graphs on, decode steps are padded to these sizes and their graphs captured at start-up.
+  std::string cuda_graph_sizes = "none";
 
   void Add(CLI::App* app);
   // Sizes the KV cache (logging the "KV cache: ..." line on stderr) and fills the config.

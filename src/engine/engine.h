@@ -29,6 +29,12 @@ struct EngineConfig {
   KVQuantOptions kv_quant;  // quantized formats: group size, skip layers, sink/recent tokens
   bool enable_prefix_caching = true;
   PrefixHashAlgo prefix_hash_algo = PrefixHashAlgo::kSha256;
+  // Decode steps padded to these batch sizes (ascending; engine/decode_padding.h, the CLI's
+  // --cuda-graph-sizes), with rows that use one spare KV block beyond kv.num_blocks; a backend
+  // with decode-step graphs (Backend::DecodeGraphContexts) captures them for every size at
+  // start-up. Sizes above the scheduler's max_num_seqs or max_num_batched_tokens are dropped.
+  // Empty: steps run at their own batch size.
+  std::vector<int64_t> decode_batch_sizes;
 };
 
 // What one step produced for one request.
@@ -91,6 +97,9 @@ class Engine {
   void ForkSamples(Request& parent, const TensorView& row, std::vector<RequestOutput>* outs);
   void AppendToken(Request& r, int32_t id, const TokenLogprobs* lp, RequestOutput& out);
   void Finish(Request& r, FinishReason reason, RequestOutput& out);
+  // Start-up: one padded decode step per (batch size, graph context) twice, so that a graphing
+  // backend has captured every decode graph before the first request.
+  void WarmUpDecodeGraphs();
 
   Model& model_;
   const Tokenizer* tokenizer_;

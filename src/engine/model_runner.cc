@@ -1,11 +1,55 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <utility>
+
+#include "core/error.h"
+#include "engine/decode_padding.h"
 
 namespace pagoda {
 
-ModelRunner::ModelRunner(Model& model, KVCache& cache, const KVCacheManager& kv)
-    : model_(model), cache_(cache), kv_(kv) {}
+ModelRunner::ModelRunner(Model& model, KVCache& cache, const KVCacheManager& kv,
+                         std::vector<int64_t> decode_batch_sizes, int32_t padding_block)
+    : model_(model),
+      cache_(cache),
+      kv_(kv),
+      decode_batch_sizes_(std::move(decode_batch_sizes)),
+      padding_block_(padding_block) {
+  PAGODA_CHECK(decode_batch_sizes_.empty() || padding_block_ >= kv_.num_blocks())
+      << "ModelRunner: padded decode steps need a block outside the manager's";
+}
+
+void ModelRunner::AddPaddingRows(int64_t n, int64_t context) {
+  const int64_t bs = kv_.block_size();
+  padding_tokens_.assign(static_cast<size_t>(context), 0);
+  padding_table_.assign(static_cast<size_t>((context + bs - 1) / bs), padding_block_);
+  for (int64_t i = 0; i < n; ++i) builder_.AddLogits(builder_.AddSequence(padding_tokens_, context - 1, 1, padding_table_));
+}
+
+void ModelRunner::Forward(const StepDescription& step, int64_t num_sampled, StepResult* result) {
+  Backend& backend = model_.backend();
+  const int64_t vocab = model_.spec().vocab_size;
+  const int64_t rows = step.num_logits();
+  // Rows the backend samples in its own memory (only token ids come back), else host rows.
+  const TensorView device_logits = backend.LogitsBuffer(rows, vocab);
+  if (device_logits.data != nullptr) {
+    model_.Forward(step, backend, cache_, device_logits);
+    result->device_logits = device_logits.RowRange(0, num_sampled);
+    return;
+  }
+  result->logits.resize(rows * vocab);
+  model_.Forward(step, backend, cache_, TensorView::F32(result->logits.data(), rows, vocab));
+  result->logits.resize(num_sampled * vocab);  // the padding rows' logits dropped
+}
+
+void ModelRunner::RunPaddingStep(int64_t batch, int64_t context) {
+  PAGODA_CHECK(padding_block_ >= 0 && batch >= 1 && context >= 1) << "ModelRunner: no padding block";
+  builder_.Reset(kv_.block_size());
+  AddPaddingRows(1, context);
+  AddPaddingRows(batch - 1, 1);
+  StepResult ignored;
+  Forward(builder_.Finish(), 0, &ignored);
+}
 
 ModelRunner::StepResult ModelRunner::Execute(const SchedulerOutput& out) {
   Backend& backend = model_.backend();
@@ -32,22 +76,18 @@ ModelRunner::StepResult ModelRunner::Execute(const SchedulerOutput& out) {
     }
   }
   if (out.scheduled.empty()) return result;
-  for (int32_t i : prompt_rows_) builder_.AddLogits(i);
-  const StepDescription& step = builder_.Finish();
   const int64_t vocab = model_.spec().vocab_size;
   const int64_t num_sampled = static_cast<int64_t>(result.sampled.size());
   if (prompt_rows_.empty()) {
-    // Rows the backend samples in its own memory (only token ids come back), else host rows.
-    const TensorView device_logits = backend.LogitsBuffer(num_sampled, vocab);
-    if (device_logits.data != nullptr) {
-      model_.Forward(step, backend, cache_, device_logits);
-      result.device_logits = device_logits;
-      return result;
-    }
-    result.logits.resize(num_sampled * vocab);
-    model_.Forward(step, backend, cache_, TensorView::F32(result.logits.data(), num_sampled, vocab));
+    // A decode step (one token a sequence, every one sampled) runs at a padded batch size.
+    bool decode = !decode_batch_sizes_.empty() && num_sampled == static_cast<int64_t>(out.scheduled.size());
+    for (const ScheduledRequest& s : out.scheduled) decode = decode && s.num_tokens == 1;
+    if (decode) AddPaddingRows(PaddedDecodeBatch(num_sampled, decode_batch_sizes_) - num_sampled, 1);
+    Forward(builder_.Finish(), num_sampled, &result);
     return result;
   }
+  for (int32_t i : prompt_rows_) builder_.AddLogits(i);
+  const StepDescription& step = builder_.Finish();
   std::vector<float> all(step.num_logits() * vocab);
   model_.Forward(step, backend, cache_, TensorView::F32(all.data(), step.num_logits(), vocab));
   result.logits.assign(all.begin(), all.begin() + num_sampled * vocab);

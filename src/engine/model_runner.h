@@ -16,8 +16,11 @@ namespace pagoda {
 
 class ModelRunner {
  public:
-  // `cache` made by the model's backend.
-  ModelRunner(Model& model, KVCache& cache, const KVCacheManager& kv);
+  // `cache` made by the model's backend. decode_batch_sizes (ascending, engine/decode_padding.h):
+  // decode steps are padded to these sizes with rows that use block `padding_block` of `cache`
+  // (one past the manager's blocks); empty: no padding.
+  ModelRunner(Model& model, KVCache& cache, const KVCacheManager& kv, std::vector<int64_t> decode_batch_sizes = {},
+              int32_t padding_block = -1);
 
   struct StepResult {
     std::vector<Request*> sampled;  // requests that get a new token, in batch order
@@ -43,13 +46,28 @@ class ModelRunner {
     std::vector<float> prompt_logits;  // [sum of prompt_rows' count, vocab]
   };
   StepResult Execute(const SchedulerOutput& out);
+  // A decode step of `batch` padding rows only (the start-up warm-up that makes a graphing
+  // backend capture its decode graphs): one token at position `context` - 1, the others at 0,
+  // so the step attends to at most `context` keys at the cost of one long row. REQUIRES:
+  // padding configured.
+  void RunPaddingStep(int64_t batch, int64_t context);
 
  private:
+  // Adds n padding sequences (token 0 at position `context` - 1, every block the padding block)
+  // and asks for their logits.
+  void AddPaddingRows(int64_t n, int64_t context);
+  // Runs `step` with its first `num_sampled` logits rows kept (the rest are padding rows).
+  void Forward(const StepDescription& step, int64_t num_sampled, StepResult* result);
+
   Model& model_;
   KVCache& cache_;
   const KVCacheManager& kv_;
+  std::vector<int64_t> decode_batch_sizes_;
+  int32_t padding_block_ = -1;
   StepBuilder builder_;            // reused across steps
   std::vector<int32_t> prompt_rows_;  // step indices of prompt-logit tokens, reused
+  std::vector<int32_t> padding_tokens_, padding_table_;
+  std::vector<float> padding_logits_;  // host logits rows when the backend has no LogitsBuffer
 };
 
 }  // namespace pagoda
