@@ -66,6 +66,26 @@ class CudaEngineTest : public ::testing::Test {
   std::unique_ptr<Model> model_;
 };
 
+// --cuda-graph-sizes: every (size, split depth) graph captured at start-up, decode steps padded
+// to the sizes (rows on a spare block), each request's tokens those it gets alone.
+TEST_F(CudaEngineTest, PaddedDecodeGraphsCapturedAtStartUpKeepTheAloneOutputs) {
+  EngineConfig config = Config(1024);
+  config.decode_batch_sizes = {1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64};
+  Engine e(*model_, nullptr, config);
+  const int64_t warmed = gpu_->num_step_graphs();
+  EXPECT_GE(warmed, 11) << "a graph per size at least, before any request";
+  auto specs = Specs(40, 40, 24, false);
+  for (size_t i = 0; i < specs.size(); ++i) specs[i].max_tokens = 4 + static_cast<int64_t>(i % 20);
+  const auto out = RunAll(e, specs);
+  ASSERT_EQ(out.size(), specs.size());
+  EXPECT_EQ(gpu_->num_step_graphs(), warmed) << "decode steps replayed the start-up graphs, captured none";
+  int i = 0;
+  for (const auto& [id, ids] : out) {
+    EXPECT_EQ(ids, Alone(specs[i].prompt, specs[i].max_tokens)) << "request " << id;
+    ++i;
+  }
+}
+
 TEST_F(CudaEngineTest, SixtyFourConcurrentRequestsGetTheirAloneOutputs) {
   Engine e(*model_, nullptr, Config(1024));
   const auto specs = Specs(64, 40, 24, false);
