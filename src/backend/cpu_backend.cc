@@ -359,12 +359,24 @@ void CpuBackend::Sample(const TensorView& logits, std::span<SampleRow> rows) {
   CheckF32(logits, "sampled logits");
   PAGODA_CHECK(logits.rows == static_cast<int64_t>(rows.size())) << "Sample: " << logits.rows << " rows of logits for "
                                                                   << rows.size() << " requests";
+  std::vector<CpuSamplerState*> states(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
+    states[i] = dynamic_cast<CpuSamplerState*>(rows[i].state);
+    PAGODA_CHECK(states[i] != nullptr) << "Sample: a sampler state the CPU backend did not make";
+  }
+  auto sample = [&](int64_t i) {
     SampleRow& r = rows[i];
-    auto* state = dynamic_cast<CpuSamplerState*>(r.state);
-    PAGODA_CHECK(state != nullptr) << "Sample: a sampler state the CPU backend did not make";
-    r.token = state->sampler.Sample(std::span<float>(logits.f32() + i * logits.row_stride, logits.cols), r.prompt,
-                                    r.output, r.logprobs);
+    r.token = states[i]->sampler.Sample(std::span<float>(logits.f32() + i * logits.row_stride, logits.cols), r.prompt,
+                                        r.output, r.logprobs);
+  };
+  // Rows of different requests (each its own generator, its own row and outputs) are sampled
+  // in parallel: a drawn row sorts the whole vocabulary. Rows sharing a state keep row order.
+  std::vector<CpuSamplerState*> sorted = states;
+  std::sort(sorted.begin(), sorted.end());
+  if (rows.size() > 1 && std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) {
+    ParallelForDynamic(static_cast<int64_t>(rows.size()), sample);
+  } else {
+    for (size_t i = 0; i < rows.size(); ++i) sample(static_cast<int64_t>(i));
   }
 }
 
