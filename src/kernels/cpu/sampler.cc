@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <unordered_map>
 
@@ -30,6 +31,38 @@ int32_t ArgMax(std::span<const float> logits) {
     if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
   }
   return best;
+}
+
+void OrderByLogit(std::span<const float> logits, std::vector<int32_t>* ids) {
+  const size_t n = logits.size();
+  // Key: the value's bits mapped so that unsigned order is descending value order, then the id:
+  // ascending keys are (value descending, id ascending).
+  std::vector<uint64_t> keys(n), other(n);
+  for (size_t i = 0; i < n; ++i) {
+    float x = logits[i];
+    if (x == 0.0f) x = 0.0f;                  // -0.0 as +0.0
+    if (std::isnan(x)) x = -INFINITY;         // NaN as -inf
+    uint32_t b;
+    std::memcpy(&b, &x, sizeof(b));
+    const uint32_t ascending = (b & 0x80000000u) != 0 ? ~b : (b | 0x80000000u);
+    keys[i] = static_cast<uint64_t>(~ascending) << 32 | static_cast<uint32_t>(i);
+  }
+  // Least significant byte first; a byte that is the same in every key is skipped.
+  for (int shift = 0; shift < 64; shift += 8) {
+    size_t count[256] = {};
+    for (uint64_t k : keys) ++count[(k >> shift) & 255];
+    if (n == 0 || count[(keys[0] >> shift) & 255] == n) continue;
+    size_t at = 0;
+    for (size_t& c : count) {
+      const size_t next = at + c;
+      c = at;
+      at = next;
+    }
+    for (uint64_t k : keys) other[count[(k >> shift) & 255]++] = k;
+    keys.swap(other);
+  }
+  ids->resize(n);
+  for (size_t i = 0; i < n; ++i) (*ids)[i] = static_cast<int32_t>(keys[i] & 0xffffffffu);
 }
 
 TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int64_t k) {
@@ -96,11 +129,8 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> prompt
     token = ArgMax(logits);
   } else {
     // Candidates sorted by logit (descending, ties by id): top-k, then top-p, then min-p.
-    std::vector<int32_t> idx(vocab);
-    std::iota(idx.begin(), idx.end(), 0);
-    std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
-      return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-    });
+    std::vector<int32_t> idx;
+    OrderByLogit(logits, &idx);
     int64_t n = vocab;
     if (params_.top_k > 0) n = std::min(n, params_.top_k);
     const double inv_t = 1.0 / params_.temperature;

@@ -37,6 +37,10 @@ class Sampler {
 
 // Index of the largest value; the lowest index among ties.
 int32_t ArgMax(std::span<const float> logits);
+// The ids of `logits` ordered by value, largest first, ties by lower id (-0.0 equal to +0.0, a
+// NaN as -inf: the device sampler's order), as a comparison sort with that order gives them; by
+// an LSD radix sort of (value, id) keys, ~10x faster than std::sort on a 128K vocabulary.
+void OrderByLogit(std::span<const float> logits, std::vector<int32_t>* ids);
 // log_softmax of `logits` for the chosen token and the top k, computed in double.
 TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int64_t k);
 

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
+#include <random>
+#include <vector>
 
 #include "core/error.h"
 
@@ -163,6 +167,39 @@ TEST(SamplerTest, TheDrawIsTheUniformsShareOfTheMass) {
       EXPECT_EQ(got, want) << "u " << u;
     }
   }
+}
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// OrderByLogit is the comparison sort the sampler's order is defined by (largest first, ties
+// by lower id, -0.0 equal to +0.0), on values full of ties, signed zeros, infinities and
+// denormals, at sizes from 0 to an odd 128K vocabulary.
+TEST(SamplerTest, OrderByLogitIsTheComparisonSortsOrder) {
+  std::mt19937 rng(11);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1e-40f, -1e-40f, 3.5f, -3.5f};
+  for (size_t n : {size_t{0}, size_t{1}, size_t{2}, size_t{7}, size_t{1000}, size_t{128257}}) {
+    std::vector<float> x(n);
+    std::uniform_int_distribution<int> pick(0, 9);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (float& v : x) {
+      const int k = pick(rng);
+      v = k < 8 ? specials[k] : (k == 8 ? std::round(normal(rng)) : normal(rng));  // many ties
+    }
+    std::vector<int32_t> want(n);
+    std::iota(want.begin(), want.end(), 0);
+    std::sort(want.begin(), want.end(), [&](int32_t a, int32_t b) { return x[a] != x[b] ? x[a] > x[b] : a < b; });
+    std::vector<int32_t> got;
+    OrderByLogit(x, &got);
+    EXPECT_EQ(got, want) << "n=" << n;
+  }
+  // NaN ranks as -inf (below every number, ties with -inf by id), as on the device.
+  std::vector<int32_t> got;
+  OrderByLogit(std::vector<float>{NAN, -INFINITY, 2.0f, NAN}, &got);
+  EXPECT_EQ(got, (std::vector<int32_t>{2, 0, 1, 3}));
 }
 
 }  // namespace
