@@ -20,8 +20,8 @@
 // gets the same token whatever else is in the batch) but not the CPU's left-to-right order,
 // and the device's exp/log may differ from the host's by an ulp: a drawn token can differ from
 // the CPU's only when the draw (or a top-p cut) lands within such a rounding of a boundary
-// between two tokens (relative 1e-15 of the total), and logprobs agree to ~1e-13. NaN logits:
-// the CPU's sort order is undefined there; the device ranks them as -inf.
+// between two tokens (relative 1e-15 of the total), and logprobs agree to ~1e-13. NaN logits
+// rank as -inf in the drawn rows' order, as in the CPU's (OrderByLogit).
 #pragma once
 
 #include <cuda_runtime.h>
