@@ -23,6 +23,18 @@
 namespace pagoda {
 namespace {
 
+// The same logits [n, vocab] sampled by the GPU (from its LogitsBuffer) into `grow` and by the
+// CPU (a host copy) into `crow`.
+void SampleOnBoth(CudaBackend& gpu, Backend& cpu, const std::vector<float>& logits, int64_t n, int64_t vocab,
+                  std::vector<SampleRow>& grow, std::vector<SampleRow>& crow) {
+  const TensorView buffer = gpu.LogitsBuffer(n, vocab);
+  ASSERT_NE(buffer.data, nullptr);
+  gpu.Upload(logits.data(), buffer);
+  gpu.Sample(buffer, grow);
+  std::vector<float> host = logits;
+  cpu.Sample(TensorView::F32(host.data(), n, vocab), crow);
+}
+
 // Sampling from device logits (LogitsBuffer): greedy rows are chosen on the device and give the
 // CPU sampler's tokens (ties to the lowest id, a row starting with NaN, NaN elsewhere skipped);
 // drawn, penalized and logprob rows (sampled on the device too) match it.
@@ -62,12 +74,8 @@ TEST_F(CudaOpsTest, DeviceSamplingMatchesTheCpuSampler) {
       crow[i].logprobs = &clp[i];
     }
   }
-  const TensorView buffer = gpu_->LogitsBuffer(n, vocab);
-  ASSERT_NE(buffer.data, nullptr);
-  gpu_->Upload(logits.data(), buffer);
-  gpu_->Sample(buffer, grow);
-  std::vector<float> host = logits;
-  cpu_.Sample(TensorView::F32(host.data(), n, vocab), crow);
+  SampleOnBoth(*gpu_, cpu_, logits, n, vocab, grow, crow);
+  if (HasFatalFailure()) return;
   for (int64_t i = 0; i < n; ++i) EXPECT_EQ(grow[i].token, crow[i].token) << "row " << i;
   EXPECT_EQ(grow[1].token, 17);
   EXPECT_EQ(grow[2].token, 0);
@@ -80,8 +88,9 @@ TEST_F(CudaOpsTest, DeviceSamplingMatchesTheCpuSampler) {
     EXPECT_EQ(glp[6].top[t].first, clp[6].top[t].first);
     EXPECT_NEAR(glp[6].top[t].second, clp[6].top[t].second, 1e-9);
   }
-  // The device rows were only read: sampling again gives the same greedy choices.
-  gpu_->Sample(buffer, grow);
+  // The device rows were only read: sampling them again (the same LogitsBuffer) gives the same
+  // greedy choices.
+  gpu_->Sample(gpu_->LogitsBuffer(n, vocab), grow);
   EXPECT_EQ(grow[3].token, 10);
 }
 
@@ -209,12 +218,8 @@ void ExpectSameAsCpu(CudaBackend* gpu, Backend& cpu, int64_t vocab, std::vector<
         crow[i].logprobs = &clp[i];
       }
     }
-    const TensorView buffer = gpu->LogitsBuffer(n, vocab);
-    ASSERT_NE(buffer.data, nullptr);
-    gpu->Upload(logits.data(), buffer);
-    gpu->Sample(buffer, grow);
-    std::vector<float> host = logits;
-    cpu.Sample(TensorView::F32(host.data(), n, vocab), crow);
+    SampleOnBoth(*gpu, cpu, logits, n, vocab, grow, crow);
+    if (::testing::Test::HasFatalFailure()) return;
     for (int64_t i = 0; i < n; ++i) {
       const SamplingParams& p = grid[i].params;
       const std::string what = "vocab " + std::to_string(vocab) + " step " + std::to_string(step) + " row " +
