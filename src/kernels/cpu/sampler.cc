@@ -26,11 +26,16 @@ void SamplingParams::Validate() const {
 }
 
 int32_t ArgMax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  }
-  return best;
+  // The first index holding the largest value (what "replace on strictly greater" finds), in
+  // two passes: the largest value (no dependence on an index, so the compiler vectorizes it),
+  // then the first index equal to it. A NaN is never greater; a row starting with NaN gives 0.
+  const size_t n = logits.size();
+  if (n == 0 || std::isnan(logits[0])) return 0;
+  float best = logits[0];
+  for (size_t i = 1; i < n; ++i) best = logits[i] > best ? logits[i] : best;
+  size_t i = 0;
+  while (!(logits[i] == best)) ++i;
+  return static_cast<int32_t>(i);
 }
 
 void OrderByLogit(std::span<const float> logits, std::vector<int32_t>* ids) {

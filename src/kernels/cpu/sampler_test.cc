@@ -175,6 +175,34 @@ TEST(SamplerTest, TheDrawIsTheUniformsShareOfTheMass) {
 namespace pagoda {
 namespace {
 
+// ArgMax is "the first index, replaced on strictly greater": on rows with ties, signed zeros,
+// infinities and NaN anywhere (a row starting with NaN gives 0).
+TEST(SamplerTest, ArgMaxIsTheFirstIndexReplacedOnStrictlyGreater) {
+  auto reference = [](const std::vector<float>& x) {
+    int32_t best = 0;
+    for (size_t i = 1; i < x.size(); ++i) {
+      if (x[i] > x[best]) best = static_cast<int32_t>(i);
+    }
+    return best;
+  };
+  std::mt19937 rng(5);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 2.0f, -2.0f};
+  std::uniform_int_distribution<int> pick(0, 9);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<float> x(1 + trial % 37);
+    for (float& v : x) {
+      const int k = pick(rng);
+      v = k < 7 ? specials[k] : std::round(normal(rng));
+    }
+    EXPECT_EQ(ArgMax(x), reference(x)) << "trial " << trial;
+  }
+  EXPECT_EQ(ArgMax(std::vector<float>{-0.0f, 0.0f}), 0);
+  EXPECT_EQ(ArgMax(std::vector<float>{-1.0f, 0.0f, -0.0f}), 1);
+  EXPECT_EQ(ArgMax(std::vector<float>{NAN, 5.0f}), 0);
+  EXPECT_EQ(ArgMax(std::vector<float>{1.0f, NAN, 5.0f, 5.0f}), 2);
+}
+
 // OrderByLogit is the comparison sort the sampler's order is defined by (largest first, ties
 // by lower id, -0.0 equal to +0.0), on values full of ties, signed zeros, infinities and
 // denormals, at sizes from 0 to an odd 128K vocabulary.
