@@ -71,7 +71,6 @@ struct CudaBackend::State {
   std::vector<const int32_t*> host_token_tables;
 
   DeviceScratch staging;  // MatMul outputs that live on the host; LogitsBuffer
-  DeviceScratch sampled_ids;  // greedy choices on the device
   DeviceScratch gemm_x, gemm_partial;  // bf16 copies of GEMM inputs; split-k partial sums
   DeviceScratch gemm_counters;         // kGemmMaxCounters tile counters, zeroed once
   bool gemm_pdl = true;                // decode GEMMs as programmatic dependent launches

@@ -28,16 +28,14 @@ DType KVStorageDType(KVCacheDType t) {
 }
 
 namespace {
-// The configured decode batch sizes a step can reach.
-std::vector<int64_t> ReachableDecodeSizes(const EngineConfig& c) {
-  std::vector<int64_t> sizes;
+// The config with only the decode batch sizes a step can reach, ascending.
+EngineConfig WithReachableDecodeSizes(EngineConfig c) {
+  std::vector<int64_t>& sizes = c.decode_batch_sizes;
   const int64_t cap = std::min(c.scheduler.max_num_seqs, c.scheduler.max_num_batched_tokens);
-  for (int64_t b : c.decode_batch_sizes) {
-    if (b >= 1 && b <= cap) sizes.push_back(b);
-  }
+  std::erase_if(sizes, [&](int64_t b) { return b < 1 || b > cap; });
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  return sizes;
+  return c;
 }
 
 KVCacheManagerConfig ManagerConfig(const EngineConfig& c) {
@@ -53,16 +51,16 @@ KVCacheManagerConfig ManagerConfig(const EngineConfig& c) {
 Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& config)
     : model_(model),
       tokenizer_(tokenizer),
-      config_(config),
+      config_(WithReachableDecodeSizes(config)),
       kv_(ManagerConfig(config)),
       // Padded decode steps write and read one block past the manager's.
       cache_(model.backend().CreateKVCache(ApplyKVCacheFormat(
-          model.KVShapeFor(config.kv.num_blocks + (ReachableDecodeSizes(config).empty() ? 0 : 1), config.kv.block_size,
+          model.KVShapeFor(config.kv.num_blocks + (config_.decode_batch_sizes.empty() ? 0 : 1), config.kv.block_size,
                            KVStorageDType(config.kv.dtype)),
           config.kv.dtype, config.kv_quant, model.spec().kv_shape().mla))),
       scheduler_(config.scheduler, kv_),
-      runner_(model, *cache_, kv_, ReachableDecodeSizes(config),
-              ReachableDecodeSizes(config).empty() ? -1 : static_cast<int32_t>(config.kv.num_blocks)) {
+      runner_(model, *cache_, kv_, config_.decode_batch_sizes,
+              config_.decode_batch_sizes.empty() ? -1 : static_cast<int32_t>(config.kv.num_blocks)) {
   // The workspace for the largest step the scheduler can make: steps never allocate it.
   model.ReserveWorkspace(config.scheduler.max_num_batched_tokens, config.scheduler.max_num_seqs);
   WarmUpDecodeGraphs();
@@ -73,17 +71,15 @@ Engine::Engine(Model& model, const Tokenizer* tokenizer, const EngineConfig& con
 }
 
 void Engine::WarmUpDecodeGraphs() {
-  const std::vector<int64_t> sizes = ReachableDecodeSizes(config_);
-  if (sizes.empty()) return;
-  const auto start = std::chrono::steady_clock::now();
-  int64_t steps = 0;
+  const std::vector<int64_t>& sizes = config_.decode_batch_sizes;
   const int64_t max_len = config_.scheduler.max_model_len;
-  if (model_.backend().DecodeGraphContexts(max_len, *cache_).empty()) return;
+  if (sizes.empty() || model_.backend().DecodeGraphContexts(max_len, *cache_).empty()) return;
+  const auto start = std::chrono::steady_clock::now();
   // First the widest step (the largest batch, a row at the longest context: the block table is
   // as wide as the widest row), eagerly: the step's input buffers reach their largest before
   // any graph is captured reading them.
   runner_.RunPaddingStep(sizes.back(), max_len);
-  ++steps;
+  int64_t steps = 1;
   for (int64_t batch : sizes) {
     // Asked again for each size: a backend may find after a step that this model's decode
     // steps cannot be graphs (MoE routing waits on the host).
@@ -93,7 +89,6 @@ void Engine::WarmUpDecodeGraphs() {
       for (int rep = 0; rep < 2; ++rep, ++steps) runner_.RunPaddingStep(batch, context);  // eager, then captured
     }
   }
-  if (steps == 0) return;
   PAGODA_LOG(kInfo) << "decode graphs: " << sizes.size() << " batch sizes (" << sizes.front() << " to "
                     << sizes.back() << ") warmed up in " << steps << " steps, "
                     << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s";
