@@ -52,6 +52,34 @@ TEST_F(CudaOpsTest, MatMulMatchesCpuForEveryWeightDtypeAndEpilogue) {
   }
 }
 
+// Model-sized rows (the register-held float4 path, and the strided loop for what it does not
+// take: a stride that breaks 16-byte alignment, a row too wide to hold) against a float64
+// reference, out of place and in place.
+TEST_F(CudaOpsTest, RmsNormWideRowsMatchFloat64) {
+  struct Case {
+    int64_t rows, cols, stride;
+  };
+  for (const Case c : {Case{1, 4096, 4096}, Case{7, 5120, 5120}, Case{3, 4096, 4100}, Case{3, 4096, 4098},
+                       Case{2, 16384, 16384}, Case{2, 16388, 16388}, Case{5, 12, 12}}) {
+    const auto x = RandomVector(c.rows * c.stride, 20 + c.cols), w = RandomVector(c.cols, 21);
+    std::vector<float> want(c.rows * c.cols);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      long double ss = 0.0L;
+      for (int64_t i = 0; i < c.cols; ++i) ss += static_cast<long double>(x[r * c.stride + i]) * x[r * c.stride + i];
+      const long double inv = 1.0L / std::sqrt(ss / c.cols + 1e-5L);
+      for (int64_t i = 0; i < c.cols; ++i) want[r * c.cols + i] = static_cast<float>(x[r * c.stride + i] * inv * w[i]);
+    }
+    const PreparedVector wg = gpu_->PrepareVector(w);
+    TensorView xg = arena_->Make(c.rows, c.stride, x);
+    xg.cols = c.cols;
+    const TensorView yg = arena_->Make(c.rows, c.cols);
+    gpu_->RmsNorm(xg, wg.view, 1e-5, yg);
+    EXPECT_LE(RelativeError(arena_->Read(yg), want), 1e-6) << c.rows << "x" << c.cols << " stride " << c.stride;
+    gpu_->RmsNorm(xg, wg.view, 1e-5, xg);
+    EXPECT_LE(RelativeError(arena_->Read(xg), want), 1e-6) << "in place " << c.rows << "x" << c.cols;
+  }
+}
+
 TEST_F(CudaOpsTest, RowOpsMatchCpu) {
   const int64_t n = 13, dim = 75;
   const auto x = RandomVector(n * dim, 10), y = RandomVector(n * dim, 11), w = RandomVector(dim, 12);

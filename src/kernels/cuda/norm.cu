@@ -1,38 +1,102 @@
 #include "kernels/cuda/norm.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "kernels/cuda/cuda_check.h"
 
 namespace pagoda::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxThreads = 1024;
+constexpr int kVecPerThread = 4;  // float4s of x (and of the weight) a thread holds: rows up to 16384 columns
 
 // The sum of squares in float64 like the CPU kernel, so rows agree to the last f32 rounding
-// of the products; y may alias x (each thread rewrites only the values it read).
+// of the products (each product of two floats is exact in double; only the order of the
+// additions differs, far below f32's rounding of the scale).
+__device__ __forceinline__ double BlockSum(double v, double* partial) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  double total = 0.0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += partial[w];
+  return total;
+}
+
+__device__ __forceinline__ float InvRms(double ss, const RmsNormParams& p) {
+  return static_cast<float>(1.0 / sqrt(ss / static_cast<double>(p.cols) + p.eps));
+}
+
+// Rows of a multiple of 4 columns with 16-byte aligned rows: every thread loads its float4s of
+// x and of the weight into registers at once (one round trip to memory, not one per loop
+// turn), then scales them.
+// One block per row of up to kMaxThreads threads; y may alias x.
+__global__ void __launch_bounds__(kMaxThreads) RmsNormVec4Kernel(RmsNormParams p) {
+  __shared__ double partial[kMaxThreads / 32];
+  const int64_t r = blockIdx.x;
+  const float4* x = reinterpret_cast<const float4*>(p.x + r * p.x_stride);
+  float4* y = reinterpret_cast<float4*>(p.y + r * p.y_stride);
+  const float4* w = reinterpret_cast<const float4*>(p.weight);
+  const int n4 = static_cast<int>(p.cols / 4);
+  // x and the weight requested together: one round trip to memory before the reduction.
+  float4 v[kVecPerThread], g[kVecPerThread];
+#pragma unroll
+  for (int k = 0; k < kVecPerThread; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    v[k] = i < n4 ? x[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    g[k] = i < n4 ? w[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  double ss = 0.0;
+#pragma unroll
+  for (int k = 0; k < kVecPerThread; ++k) {
+    ss += static_cast<double>(v[k].x) * v[k].x;
+    ss += static_cast<double>(v[k].y) * v[k].y;
+    ss += static_cast<double>(v[k].z) * v[k].z;
+    ss += static_cast<double>(v[k].w) * v[k].w;
+  }
+  const float inv = InvRms(BlockSum(ss, partial), p);
+#pragma unroll
+  for (int k = 0; k < kVecPerThread; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n4) {
+      y[i] = make_float4(v[k].x * inv * g[k].x, v[k].y * inv * g[k].y, v[k].z * inv * g[k].z,
+                         v[k].w * inv * g[k].w);
+    }
+  }
+}
+
+// Any other row: strided loops, x read twice. y may alias x (each thread rewrites only the
+// values it read).
 __global__ void RmsNormKernel(RmsNormParams p) {
+  __shared__ double partial[kThreads / 32];
   const int64_t r = blockIdx.x;
   const float* x = p.x + r * p.x_stride;
   float* y = p.y + r * p.y_stride;
   double ss = 0.0;
   for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) ss += static_cast<double>(x[i]) * x[i];
-  __shared__ double partial[kThreads / 32];
-  for (int o = 16; o > 0; o /= 2) ss += __shfl_down_sync(0xffffffffu, ss, o);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-  __syncthreads();
-  __shared__ float inv;
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
-    inv = static_cast<float>(1.0 / sqrt(total / static_cast<double>(p.cols) + p.eps));
-  }
-  __syncthreads();
+  const float inv = InvRms(BlockSum(ss, partial), p);
   for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) y[i] = x[i] * inv * p.weight[i];
 }
+
+bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 }  // namespace
 
 void RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows <= 0) return;
+  const int64_t n4 = p.cols / 4;
+  const bool vec = p.cols % 4 == 0 && p.x_stride % 4 == 0 && p.y_stride % 4 == 0 && Aligned16(p.x) &&
+                   Aligned16(p.y) && Aligned16(p.weight) && n4 <= int64_t{kMaxThreads} * kVecPerThread;
+  if (vec) {
+    // The thread count depends on the columns only (a row's bits do not depend on the batch).
+    const int64_t per_thread = (n4 + kMaxThreads - 1) / kMaxThreads;
+    const int threads = static_cast<int>(std::max<int64_t>(32, ((n4 + per_thread - 1) / per_thread + 31) / 32 * 32));
+    RmsNormVec4Kernel<<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
+    PAGODA_CUDA_CHECK_LAUNCH("RmsNormVec4Kernel");
+    return;
+  }
   RmsNormKernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p);
   PAGODA_CUDA_CHECK_LAUNCH("RmsNormKernel");
 }
