@@ -139,9 +139,9 @@ void EngineFlags::Add(CLI::App* app) {
   app->add_option("--max-num-seqs", max_num_seqs, "most requests running at once")->capture_default_str();
   app->add_option("--max-num-batched-tokens", max_num_batched_tokens, "token budget of one step")->capture_default_str();
   app->add_option("--cuda-graph-sizes", cuda_graph_sizes,
-                  "--device cuda: decode batch sizes to pad to and capture graphs for at start-up: none (a graph "
-                  "per batch size, captured on its second step), auto (1, 2, 4, then multiples of 8 up to "
-                  "--max-num-seqs, as vLLM) or a list such as 1,2,4,8,16")
+                  "--device cuda: decode batch sizes to pad to and capture graphs for at start-up: auto (1, 2, 4, "
+                  "then multiples of 8 up to --max-num-seqs, as vLLM), a list such as 1,2,4,8,16, or none (a "
+                  "graph per batch size, captured on its second step)")
       ->capture_default_str();
 }
 

@@ -60,7 +60,7 @@ struct EngineFlags {
   int64_t max_num_batched_tokens = 2048;
   // --cuda-graph-sizes: none | auto | 1,2,4,... (engine/decode_padding.h); with --device cuda
   // and graphs on, decode steps are padded to these sizes and their graphs captured at start-up.
-  std::string cuda_graph_sizes = "none";
+  std::string cuda_graph_sizes = "auto";
 
   void Add(CLI::App* app);
   // Sizes the KV cache (logging the "KV cache: ..." line on stderr) and fills the config.
