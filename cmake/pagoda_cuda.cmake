@@ -27,6 +27,39 @@ file(GLOB PAGODA_CUDA_SOURCES CONFIGURE_DEPENDS
 # NCCL (tensor parallelism across GPUs) ships with the CUDA toolkit: its header at build time,
 # the library opened at run time (parallel/cuda/nccl_group.cc), so pagoda starts without it.
 add_library(pagoda_cuda STATIC ${PAGODA_CUDA_SOURCES})
+
+# CUTLASS (headers only) for the Hopper GEMMs of many rows (kernels/cuda/gemm_cutlass.cu): the
+# pinned nvidia-cutlass wheel from PyPI, checked by its SHA-256 and unpacked once into a cache
+# (PAGODA_DEPS_CACHE), or an existing checkout's include/ via -DPAGODA_CUTLASS_INCLUDE=...
+set(PAGODA_CUTLASS_INCLUDE "" CACHE PATH "CUTLASS include/ (cutlass/ and cute/); empty: the pinned wheel")
+set(PAGODA_DEPS_CACHE "$ENV{HOME}/.cache/pagoda-deps" CACHE PATH "Where downloaded build dependencies are kept")
+if(NOT PAGODA_CUTLASS_INCLUDE)
+  set(_cutlass_version 4.2.0.0)
+  set(_cutlass_wheel nvidia_cutlass-${_cutlass_version}-py3-none-any.whl)
+  set(_cutlass_dir ${PAGODA_DEPS_CACHE}/nvidia-cutlass-${_cutlass_version})
+  if(NOT EXISTS ${_cutlass_dir}/cutlass_library/source/include/cutlass/cutlass.h)
+    message(STATUS "Downloading CUTLASS headers (nvidia-cutlass ${_cutlass_version} from PyPI)")
+    file(DOWNLOAD
+         https://files.pythonhosted.org/packages/21/6b/e86fc2fd536dd4b8bd2209aa31d7002610c501b0802337787eac9c9b328c/${_cutlass_wheel}
+         ${PAGODA_DEPS_CACHE}/${_cutlass_wheel}
+         EXPECTED_HASH SHA256=f9599ada45c7bcb6bf53f7d3f0a7d154183e53451c01bfa59eecd37dd4a693f6
+         STATUS _cutlass_status)
+    list(GET _cutlass_status 0 _cutlass_code)
+    if(NOT _cutlass_code EQUAL 0)
+      message(FATAL_ERROR "CUTLASS download failed (${_cutlass_status}); pass -DPAGODA_CUTLASS_INCLUDE=<cutlass>/include")
+    endif()
+    file(ARCHIVE_EXTRACT INPUT ${PAGODA_DEPS_CACHE}/${_cutlass_wheel} DESTINATION ${_cutlass_dir}
+         PATTERNS "cutlass_library/source/include/*")
+    file(REMOVE ${PAGODA_DEPS_CACHE}/${_cutlass_wheel})
+  endif()
+  set(PAGODA_CUTLASS_INCLUDE ${_cutlass_dir}/cutlass_library/source/include)
+endif()
+if(NOT EXISTS ${PAGODA_CUTLASS_INCLUDE}/cute/tensor.hpp)
+  message(FATAL_ERROR "PAGODA_CUTLASS_INCLUDE=${PAGODA_CUTLASS_INCLUDE} holds no cute/tensor.hpp")
+endif()
+target_include_directories(pagoda_cuda SYSTEM PRIVATE ${PAGODA_CUTLASS_INCLUDE})
+set_source_files_properties(${CMAKE_SOURCE_DIR}/src/kernels/cuda/gemm_cutlass.cu PROPERTIES
+                            COMPILE_OPTIONS "--expt-relaxed-constexpr")
 target_include_directories(pagoda_cuda PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(pagoda_cuda PUBLIC pagoda_backend CUDA::cudart_static ${CMAKE_DL_LIBS})
 target_include_directories(pagoda_cuda PUBLIC ${CUDAToolkit_INCLUDE_DIRS})

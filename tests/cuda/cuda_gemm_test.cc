@@ -130,14 +130,16 @@ TEST_F(CudaGemmTest, RowsHaveTheSameBitsWhateverTheBatch) {
   struct Shape {
     int64_t n, k;
   };
-  // (256, 4096): 4 k chunks (up to 64 rows each tile's last block adds them, beyond a
-  // separate reduction); (2048, 512): one chunk; (96, 1000): padded k; (200, 2999): x rows not
-  // 16-byte aligned (the 4-byte copies), 3 chunks.
-  const Shape shapes[] = {{256, 4096}, {2048, 512}, {96, 1000}, {200, 2999}};
-  // Up to 64 rows: mma.sync kernels; beyond: wgmma, split-k products in slabs of
-  // kGemmPartialMaxRows (512) rows.
-  const int64_t ms[] = {1, 2, 15, 16, 17, 33, 63, 64, 65, 127, 128, 129, 299, 511, 512, 513, 1099};
-  constexpr int64_t kRows = 1100;
+  // (256, 4096): 4 k chunks (up to 64 rows each tile's last block adds them, beyond one CUTLASS
+  // product per chunk, in slabs of 2048 rows); (2048, 512): one chunk; (96, 1000): padded k;
+  // (200, 2999): x rows not 16-byte aligned (the 4-byte copies), 3 chunks; (130, 2048): rows of
+  // 130 floats, not 16-byte aligned for TMA, so beyond 64 rows our own wgmma kernel and
+  // ReduceChunks (4 chunks, slabs of kGemmPartialMaxRows).
+  const Shape shapes[] = {{256, 4096}, {2048, 512}, {96, 1000}, {200, 2999}, {130, 2048}};
+  // Up to 64 rows: mma.sync and wgmma m64n64 kernels; beyond: CUTLASS's 128 x 128 or 128 x 256
+  // tiles (by the tile count), or ours.
+  const int64_t ms[] = {1, 2, 15, 16, 17, 33, 63, 64, 65, 127, 128, 129, 299, 511, 512, 513, 1099, 2048, 2049};
+  constexpr int64_t kRows = 2200;
   uint32_t seed = 500;
   for (DType dtype : {DType::kBF16, DType::kF32}) {
     for (const Shape& s : shapes) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm_cutlass.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -571,6 +572,71 @@ void ConvertToBf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols,
   PAGODA_CUDA_CHECK_LAUNCH("ConvertToBf16Kernel");
 }
 
+// CUTLASS for many rows, in the chunk order of the m <= 64 kernels: one product per chunk, each
+// adding the previous chunks' sum as its C (total = ((c0 + c1) + c2) + c3, rounded after each
+// add, as ReduceChunks sums). One chunk: y (+)= x W^T in the epilogue. Several: slabs of up to
+// splits x kGemmPartialMaxRows rows (the partial scratch), the running sum in one plane updated
+// in place, the last chunk writing y directly, or the plane then added to y (the sum first,
+// then y + sum, as the small kernels do). False where the operands do not suit TMA.
+static bool GemmCutlassRows(const GemmBf16Params& p, cudaStream_t stream) {
+  const int splits = p.splits.splits;
+  GemmCutlassParams c;
+  c.a = p.xb;
+  c.lda = p.k_padded;
+  c.b = p.w;
+  c.ldb = p.k_padded;
+  c.n = p.n;
+  if (splits == 1) {
+    c.m = p.m;
+    c.k = p.k_padded;
+    c.add_c = p.accumulate;
+    c.c = c.d = p.y;
+    c.ldc = c.ldd = p.y_stride;
+    if (!GemmCutlassSupported(c)) return false;
+    GemmCutlass(c, stream);
+    return true;
+  }
+  const int64_t slab = splits * kGemmPartialMaxRows;
+  const bool direct = !p.accumulate;  // the last chunk writes y
+  {
+    GemmCutlassParams probe = c;
+    probe.m = std::min(slab, p.m);
+    probe.k = p.splits.chunk;
+    probe.add_c = true;
+    probe.c = probe.d = p.partial;
+    probe.ldc = probe.ldd = p.n;
+    if (!GemmCutlassSupported(probe)) return false;
+    probe.d = p.y;
+    probe.ldd = p.y_stride;
+    if (direct && !GemmCutlassSupported(probe)) return false;
+  }
+  for (int64_t r0 = 0; r0 < p.m; r0 += slab) {
+    const int64_t rows = std::min(slab, p.m - r0);
+    for (int chunk = 0; chunk < splits; ++chunk) {
+      const int64_t k0 = chunk * p.splits.chunk;
+      GemmCutlassParams s = c;
+      s.a = p.xb + r0 * p.k_padded + k0;
+      s.b = p.w + k0;
+      s.m = rows;
+      s.k = std::min(p.splits.chunk, p.k_padded - k0);
+      s.add_c = chunk > 0;
+      s.c = p.partial;
+      s.ldc = p.n;
+      const bool last = chunk == splits - 1;
+      s.d = last && direct ? p.y + r0 * p.y_stride : p.partial;
+      s.ldd = last && direct ? p.y_stride : p.n;
+      GemmCutlass(s, stream);
+    }
+    if (!direct) {
+      const int64_t total = rows * p.n;
+      ReduceChunksKernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
+          p.partial, 1, static_cast<int>(rows), static_cast<int>(p.n), p.y + r0 * p.y_stride, p.y_stride, true);
+      PAGODA_CUDA_CHECK_LAUNCH("ReduceChunksKernel");
+    }
+  }
+  return true;
+}
+
 void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
   if (p.m <= 0 || p.n <= 0) return;
   PAGODA_CHECK(p.k_padded % kGemmKTile == 0 && p.k_padded >= p.k && p.splits.chunk % kGemmKTile == 0)
@@ -630,10 +696,12 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
     }
     return;
   }
-  // More rows: x to bf16 once, then wgmma tiles. Several chunks: slabs of at most
-  // kGemmPartialMaxRows rows, each chunk's sums into its partial plane, then ReduceChunks adds
-  // the planes in chunk order.
+  // More rows: x to bf16 once, then CUTLASS's TMA + warp-specialized kernels where the operands'
+  // alignment allows (GemmCutlassRows), else our wgmma tiles: each chunk's sums into its partial
+  // plane in slabs of at most kGemmPartialMaxRows rows, then ReduceChunks adds the planes in chunk
+  // order.
   ConvertToBf16(p.x, p.x_stride, p.m, p.k, p.k_padded, p.xb, stream);
+  if (GemmCutlassRows(p, stream)) return;
   for (int64_t r0 = 0; r0 < p.m; r0 += splits == 1 ? p.m : kGemmPartialMaxRows) {
     const int64_t rows = splits == 1 ? p.m : std::min(kGemmPartialMaxRows, p.m - r0);
     Args s = a;

@@ -11,7 +11,10 @@
 //     every SM) that rounds x to bf16 as it builds its fragments; up to 64 rows: x rounded once
 //     (ConvertToBf16), then wgmma m64n64k16 tiles (or 64 x 64 mma.sync tiles where those fill
 //     the SMs' last wave better); in both, each tile's last block to finish adds the k chunks'
-//     sums. More rows: wgmma m64n256k16 kernels with 128 x 256 tiles, then ReduceChunks.
+//     sums. More rows: CUTLASS's sm90 kernels (TMA, warp-specialized wgmma; gemm_cutlass.h), one
+//     product per k chunk adding the previous chunks' sum in its epilogue; where the operands
+//     are not 16-byte aligned for TMA, our wgmma m64n256k16 kernel with 128 x 256 tiles, then
+//     ReduceChunks.
 //     Launched as programmatic dependents (GemmBf16Params::pdl), the m <= 64 kernels start as
 //     the kernel ahead of them ends and request their first weight tiles before its writes
 //     are visible (they need only x to wait for).
@@ -21,8 +24,8 @@
 // (n, k) decide. The k axis is cut into `splits` chunks of `chunk` values (chosen per weight
 // from n and k alone, GemmSplitsFor); inside a chunk the products are added k-tile by k-tile
 // (64 wide, four k-steps of 16 in order) into a zero-started accumulator; the chunk sums are
-// then added in chunk order by ReduceChunks (total = c0 + c1 + c2 ...), and last to y when
-// accumulating. One block per (tile, chunk) writes the chunk's partial sums (rows in slabs of
+// then added in chunk order (total = c0 + c1 + c2 ..., by each tile's last block, ReduceChunks
+// or CUTLASS's epilogues), and last to y when accumulating. One block per (tile, chunk) writes the chunk's partial sums (rows in slabs of
 // kGemmPartialMaxRows). mma.sync and wgmma give the same sums for the same k-steps (tested), and
 // the tile sizes chosen by m only decide which block computes an output, so every kernel agrees
 // bit for bit.

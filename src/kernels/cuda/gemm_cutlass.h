@@ -1,0 +1,37 @@
+// Hopper GEMMs for many rows from CUTLASS (sm90 TMA + warp-specialized wgmma kernels), the
+// tensor-core rate that prefill needs.
+//
+//   d [m, n] f32 = a [m, k] bf16 * b [n, k]^T bf16 (+ c [m, n] f32 when add_c)
+//
+// Every output is summed the way GemmBf16's own kernels sum it: k-tiles of 64 in order, four
+// k-steps of 16 each, into a zero-started f32 accumulator (one wgmma chain per tile, no split-K),
+// then `acc + c` rounded once. The tile shape (chosen here by m and n) only decides which block
+// computes an output, so a row's bits do not depend on m (tests/cuda/gemm_test.cc checks them
+// against the m <= 64 kernels). gemm.cu calls it once per k chunk for weights cut into chunks,
+// c then being the previous chunks' sum.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pagoda::cuda {
+
+struct GemmCutlassParams {
+  const uint16_t* a = nullptr;  // bf16 bits, row stride lda
+  int64_t lda = 0;
+  const uint16_t* b = nullptr;  // bf16 bits [n, k], row stride ldb
+  int64_t ldb = 0;
+  int64_t m = 0, n = 0, k = 0;
+  const float* c = nullptr;  // read when add_c (may equal d: each tile reads its c before it writes d)
+  int64_t ldc = 0;
+  bool add_c = false;
+  float* d = nullptr;
+  int64_t ldd = 0;
+};
+
+// Whether the kernels take these operands: TMA needs 16-byte aligned rows and bases.
+bool GemmCutlassSupported(const GemmCutlassParams& p);
+void GemmCutlass(const GemmCutlassParams& p, cudaStream_t stream);
+
+}  // namespace pagoda::cuda
