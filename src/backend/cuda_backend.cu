@@ -199,7 +199,8 @@ void CudaBackend::ReserveScratch(int64_t max_tokens, int64_t max_logits) {
   State& s = *s_;
   s.gemm_x.Get<uint16_t>(max_tokens * s.max_k_padded);
   // Split-k partial sums: planes of at most kGemmPartialMaxRows rows (kernels/cuda/gemm.h).
-  s.gemm_partial.Get<float>(std::min<int64_t>(max_tokens, cuda::kGemmPartialMaxRows) * s.max_partial_per_row);
+  s.gemm_partial.Get<float>(std::min<int64_t>(max_tokens, cuda::kGemmPartialMaxRows) * s.max_partial_per_row +
+                            cuda::kGemmSplitKLockFloats);
   s.staging.Get<float>(max_logits * s.max_rows);
   // The step's inputs (BeginStep) at their largest: a later step never moves them, which would
   // drop every captured graph (the block table grows with the contexts instead).

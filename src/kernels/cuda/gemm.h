@@ -43,6 +43,8 @@ inline constexpr int64_t kGemmPartialMaxRows = 512;
 // Tile counters a caller provides (zeroed once; the kernels leave them zero): one per 64 output
 // columns of a weight cut into several k chunks (such weights have fewer than 256 tiles).
 inline constexpr int64_t kGemmMaxCounters = 1024;
+// Room past the partial planes for the split-K kernels' tile locks (products of more than 64 rows).
+inline constexpr int64_t kGemmSplitKLockFloats = 64 * 1024;
 
 // The k chunks for a weight [n, k]: more chunks for few output tiles (decode streams the
 // weight through every SM), one for wide weights. A function of (n, k) only.
@@ -66,7 +68,8 @@ struct GemmBf16Params {
   int64_t y_stride = 0;
   bool accumulate = false;
   // Scratch the caller owns (device): xb [m, k_padded] bf16 (m > 64); partial [splits, min(m,
-  // kGemmPartialMaxRows), n] f32 when splits > 1 (GemmBf16PartialFloats says how many floats);
+  // kGemmPartialMaxRows), n] f32 when splits > 1, plus kGemmSplitKLockFloats for m > 64
+  // (GemmBf16PartialFloats says how many floats);
   // counters: kGemmMaxCounters ints, zero before the first call (each call leaves them zero).
   uint16_t* xb = nullptr;
   float* partial = nullptr;

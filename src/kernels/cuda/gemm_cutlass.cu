@@ -8,6 +8,8 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/kernel_hardware_info.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/cuda_check.h"
 
 namespace pagoda::cuda {
@@ -19,7 +21,7 @@ using namespace cute;
 // contiguous: the TN layout the TMA loads best), f32 accumulators, f32 C and D row-major.
 // The cooperative schedule: a producer warp issues the TMA loads into a ring of stages completing
 // on mbarriers, two consumer warpgroups share each tile's wgmma chain (m64n*k16, k in order).
-template <class TileShape, class ClusterShape>
+template <class TileShape, class ClusterShape, class Scheduler>
 struct Sm90Gemm {
   using ElementA = cutlass::bfloat16_t;
   using ElementB = cutlass::bfloat16_t;
@@ -41,7 +43,8 @@ struct Sm90Gemm {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
+  static constexpr bool kSplitK = std::is_same_v<Scheduler, cutlass::gemm::StreamKScheduler>;
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
   static typename Device::Arguments Arguments(const GemmCutlassParams& p, int sm_count) {
@@ -62,18 +65,34 @@ struct Sm90Gemm {
         {reinterpret_cast<const ElementA*>(p.a), sa, reinterpret_cast<const ElementB*>(p.b), sb},
         {{1.0f, p.add_c ? 1.0f : 0.0f}, p.add_c ? p.c : p.d, sc, p.d, sd},
         hw};
+    if constexpr (kSplitK) {
+      // Split-K with the deterministic reduction: the first split stores its sums, each next one
+      // waits for its predecessor and adds its own, the last adds the rest to its accumulators
+      // and runs the epilogue: ((c0 + c1) + c2) + c3 in k order.
+      using Mode = cutlass::gemm::kernel::detail::DecompositionMode;
+      args.scheduler.splits = p.splits;
+      args.scheduler.decomposition_mode = Mode::SplitK;
+      args.scheduler.reduction_mode = cutlass::gemm::kernel::detail::ReductionMode::Deterministic;
+    }
     return args;
+  }
+
+  static size_t Workspace(const GemmCutlassParams& p, int sm_count) {
+    return Device::get_workspace_size(Arguments(p, sm_count));
   }
 
   static bool Supported(const GemmCutlassParams& p, int sm_count) {
     return Device::can_implement(Arguments(p, sm_count)) == cutlass::Status::kSuccess &&
-           Device::get_workspace_size(Arguments(p, sm_count)) == 0;
+           Workspace(p, sm_count) <= p.workspace_bytes;
   }
 
   static void Run(const GemmCutlassParams& p, int sm_count, cudaStream_t stream) {
     Device gemm;
     const auto args = Arguments(p, sm_count);
-    cutlass::Status status = gemm.initialize(args, nullptr, stream);
+    PAGODA_CHECK(Workspace(p, sm_count) <= p.workspace_bytes)
+        << "GemmCutlass: workspace of " << p.workspace_bytes << " bytes, " << Workspace(p, sm_count) << " needed";
+    // The split-K locks are zeroed here (a memset on the stream), the partial sums need not be.
+    cutlass::Status status = gemm.initialize(args, p.workspace, stream);
     if (status == cutlass::Status::kSuccess) status = gemm.run(stream);
     PAGODA_CHECK(status == cutlass::Status::kSuccess)
         << "GemmCutlass: " << cutlassGetStatusString(status) << " (m " << p.m << ", n " << p.n << ", k " << p.k << ")";
@@ -83,8 +102,15 @@ struct Sm90Gemm {
 
 // 128 x 256 tiles in clusters of two along m (each B tile multicast to both blocks) for many
 // tiles; 128 x 128 where the large tiles would leave SMs idle (fewer rows, narrow weights).
-using LargeGemm = Sm90Gemm<Shape<_128, _256, _64>, Shape<_2, _1, _1>>;
-using SmallGemm = Sm90Gemm<Shape<_128, _128, _64>, Shape<_1, _1, _1>>;
+// Split-K runs the same tiles with the stream-K scheduler in its split-K mode.
+using LargeShape = Shape<_128, _256, _64>;
+using LargeCluster = Shape<_2, _1, _1>;
+using SmallShape = Shape<_128, _128, _64>;
+using SmallCluster = Shape<_1, _1, _1>;
+using LargeGemm = Sm90Gemm<LargeShape, LargeCluster, void>;
+using SmallGemm = Sm90Gemm<SmallShape, SmallCluster, void>;
+using LargeSplitGemm = Sm90Gemm<LargeShape, LargeCluster, cutlass::gemm::StreamKScheduler>;
+using SmallSplitGemm = Sm90Gemm<SmallShape, SmallCluster, cutlass::gemm::StreamKScheduler>;
 
 int SmCount() {
   static const int count = [] {
@@ -109,14 +135,25 @@ bool GemmCutlassSupported(const GemmCutlassParams& p) {
   if (p.m <= 0 || p.n <= 0 || p.k <= 0) return false;
   if (!Aligned(p.a) || !Aligned(p.b) || !Aligned(p.d) || (p.add_c && !Aligned(p.c))) return false;
   if (p.lda % 8 != 0 || p.ldb % 8 != 0 || p.ldd % 4 != 0 || (p.add_c && p.ldc % 4 != 0)) return false;
+  if (p.splits > 1) {
+    // Split-K cuts k into equal runs of whole 64-wide k-tiles.
+    if (p.k % (p.splits * 64) != 0) return false;
+    return UseLarge(p) ? LargeSplitGemm::Supported(p, SmCount()) : SmallSplitGemm::Supported(p, SmCount());
+  }
   return UseLarge(p) ? LargeGemm::Supported(p, SmCount()) : SmallGemm::Supported(p, SmCount());
 }
 
+size_t GemmCutlassWorkspace(const GemmCutlassParams& p) {
+  if (p.splits <= 1) return 0;
+  return UseLarge(p) ? LargeSplitGemm::Workspace(p, SmCount()) : SmallSplitGemm::Workspace(p, SmCount());
+}
+
 void GemmCutlass(const GemmCutlassParams& p, cudaStream_t stream) {
-  if (UseLarge(p)) {
-    LargeGemm::Run(p, SmCount(), stream);
+  const bool large = UseLarge(p);
+  if (p.splits > 1) {
+    large ? LargeSplitGemm::Run(p, SmCount(), stream) : SmallSplitGemm::Run(p, SmCount(), stream);
   } else {
-    SmallGemm::Run(p, SmCount(), stream);
+    large ? LargeGemm::Run(p, SmCount(), stream) : SmallGemm::Run(p, SmCount(), stream);
   }
 }
 
