@@ -306,82 +306,92 @@ TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {
 // Copy, AddBias, Rope, WriteKV) on the GPU: the same query bits and the same cache bytes, for
 // plain and quantized caches, q|k|v as column ranges of a stacked product, with and without
 // biases, RoPE interleaved over the whole head or in halves over part of it (YaRN magnitude).
+// A decode-sized step (31 tokens: one row a block) and a prefill-sized one (310 tokens: 8 rows a
+// block; with 6 query and 2 KV heads the first block holds queries and keys, the second only
+// values, without RoPE).
 TEST_F(CudaOpsTest, FusedAttentionInputsGiveTheSeparateOpsBits) {
-  const int64_t bs = 16, heads = 8, kv_heads = 2, hd = 64, qw = heads * hd, kw = kv_heads * hd;
-  StepCase c;
-  MakeTables({21, 40}, bs, 9, &c);
-  const StepDescription& step = BuildStep(&c, bs, {0, 30}, {21, 10}, 100);
-  const int64_t n = step.num_tokens();
-  struct Case {
-    DType dtype;
-    KVQuant quant;
-    bool bias, interleaved;
-  };
-  for (const Case& k : {Case{DType::kF32, KVQuant::kNone, true, true}, Case{DType::kBF16, KVQuant::kNone, false, false},
-                        Case{DType::kF16, KVQuant::kNone, true, false}, Case{DType::kBF16, KVQuant::kFp8E4M3, true, true},
-                        Case{DType::kBF16, KVQuant::kInt8, false, false}}) {
-    SCOPED_TRACE(std::string(DTypeName(k.dtype)) + " " + KVQuantName(k.quant) + (k.bias ? " bias" : "") +
-                 (k.interleaved ? " interleaved" : " halves"));
-    KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, k.dtype);
-    shape.quant = k.quant;
-    auto separate = gpu_->CreateKVCache(shape), fused = gpu_->CreateKVCache(shape);
-    auto on_cpu = cpu_.CreateKVCache(shape);
-    RopeParams rope;
-    rope.dim = k.interleaved ? hd : hd / 2;
-    rope.interleaved = k.interleaved;
-    rope.magnitude = k.interleaved ? 1.0 : 1.07;
-    for (int64_t i = 0; i < rope.dim / 2; ++i) rope.inv_freq.push_back(std::pow(10000.0, -2.0 * i / rope.dim));
-    const auto qkv = RandomVector(n * (qw + 2 * kw), 70, -3.0f, 3.0f);
-    const auto bq = RandomVector(qw, 71), bk = RandomVector(kw, 72), bv = RandomVector(kw, 73);
-    const TensorView bqg = arena_->Make(1, qw, bq), bkg = arena_->Make(1, kw, bk), bvg = arena_->Make(1, kw, bv);
-    AttentionLayer layer{heads, kv_heads, hd, 0.125f, 0};
-    auto run = [&](Backend& b, KVCache& cache, bool fused_op, const TensorView& src, const TensorView& q,
-                   const TensorView& kk, const TensorView& vv, const TensorView* biases) {
-      b.BeginStep(step, cache);
-      AttentionInputs in;
-      in.src_q = src.ColRange(0, qw);
-      in.src_k = src.ColRange(qw, kw);
-      in.src_v = src.ColRange(qw + kw, kw);
-      in.q = q;
-      in.k = kk;
-      in.v = vv;
-      if (k.bias) {
-        in.bq = &biases[0];
-        in.bk = &biases[1];
-        in.bv = &biases[2];
-      }
-      in.rope = &rope;
-      in.layer = layer;
-      if (fused_op) {
-        b.WriteAttentionInputs(cache, 0, in);
-      } else {
-        b.Backend::WriteAttentionInputs(cache, 0, in);  // the separate ops
-      }
+  const int64_t bs = 16, heads = 6, kv_heads = 2, hd = 64, qw = heads * hd, kw = kv_heads * hd;
+  for (const int64_t first_len : {int64_t{21}, int64_t{300}}) {
+    SCOPED_TRACE("a step of " + std::to_string(first_len + 10) + " tokens");
+    StepCase c;
+    MakeTables({first_len, 40}, bs, 9, &c);
+    const StepDescription& step = BuildStep(&c, bs, {0, 30}, {first_len, 10}, 100);
+    const int64_t n = step.num_tokens();
+    struct Case {
+      DType dtype;
+      KVQuant quant;
+      bool bias, interleaved;
     };
-    const TensorView gbias[3] = {bqg, bkg, bvg};
-    const TensorView src_a = arena_->Make(n, qw + 2 * kw, qkv), src_b = arena_->Make(n, qw + 2 * kw, qkv);
-    const TensorView qa = arena_->Make(n, qw), qb = arena_->Make(n, qw);
-    run(*gpu_, *separate, false, src_a, qa, arena_->Make(n, kw), arena_->Make(n, kw), gbias);
-    run(*gpu_, *fused, true, src_b, qb, arena_->Make(n, kw), arena_->Make(n, kw), gbias);
-    const auto want_q = arena_->Read(qa), got_q = arena_->Read(qb);
-    EXPECT_EQ(std::memcmp(want_q.data(), got_q.data(), want_q.size() * sizeof(float)), 0) << "rotated queries";
-    // The slots the step wrote (the rest of the blocks was never written).
-    for (const bool value : {false, true}) {
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t slot = step.slot_mapping[t];
-        const auto a = gpu_->ReadKVBlock(*separate, 0, value, static_cast<int32_t>(slot / bs));
-        const auto b = gpu_->ReadKVBlock(*fused, 0, value, static_cast<int32_t>(slot / bs));
-        const size_t per_token = a.size() / bs, at = (slot % bs) * per_token;  // [block_size] token rows
-        EXPECT_EQ(std::memcmp(a.data() + at, b.data() + at, per_token), 0) << (value ? "V" : "K") << " of token " << t;
+    const Case cases[] = {Case{DType::kF32, KVQuant::kNone, true, true},
+                          Case{DType::kBF16, KVQuant::kNone, false, false},
+                          Case{DType::kF16, KVQuant::kNone, true, false},
+                          Case{DType::kBF16, KVQuant::kFp8E4M3, true, true},
+                          Case{DType::kBF16, KVQuant::kInt8, false, false}};
+    for (const Case& k : cases) {
+      SCOPED_TRACE(std::string(DTypeName(k.dtype)) + " " + KVQuantName(k.quant) + (k.bias ? " bias" : "") +
+                   (k.interleaved ? " interleaved" : " halves"));
+      KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, k.dtype);
+      shape.quant = k.quant;
+      auto separate = gpu_->CreateKVCache(shape), fused = gpu_->CreateKVCache(shape);
+      auto on_cpu = cpu_.CreateKVCache(shape);
+      RopeParams rope;
+      rope.dim = k.interleaved ? hd : hd / 2;
+      rope.interleaved = k.interleaved;
+      rope.magnitude = k.interleaved ? 1.0 : 1.07;
+      for (int64_t i = 0; i < rope.dim / 2; ++i) rope.inv_freq.push_back(std::pow(10000.0, -2.0 * i / rope.dim));
+      const auto qkv = RandomVector(n * (qw + 2 * kw), 70, -3.0f, 3.0f);
+      const auto bq = RandomVector(qw, 71), bk = RandomVector(kw, 72), bv = RandomVector(kw, 73);
+      const TensorView bqg = arena_->Make(1, qw, bq), bkg = arena_->Make(1, kw, bk), bvg = arena_->Make(1, kw, bv);
+      AttentionLayer layer{heads, kv_heads, hd, 0.125f, 0};
+      auto run = [&](Backend& b, KVCache& cache, bool fused_op, const TensorView& src, const TensorView& q,
+                     const TensorView& kk, const TensorView& vv, const TensorView* biases) {
+        b.BeginStep(step, cache);
+        AttentionInputs in;
+        in.src_q = src.ColRange(0, qw);
+        in.src_k = src.ColRange(qw, kw);
+        in.src_v = src.ColRange(qw + kw, kw);
+        in.q = q;
+        in.k = kk;
+        in.v = vv;
+        if (k.bias) {
+          in.bq = &biases[0];
+          in.bk = &biases[1];
+          in.bv = &biases[2];
+        }
+        in.rope = &rope;
+        in.layer = layer;
+        if (fused_op) {
+          b.WriteAttentionInputs(cache, 0, in);
+        } else {
+          b.Backend::WriteAttentionInputs(cache, 0, in);  // the separate ops
+        }
+      };
+      const TensorView gbias[3] = {bqg, bkg, bvg};
+      const TensorView src_a = arena_->Make(n, qw + 2 * kw, qkv), src_b = arena_->Make(n, qw + 2 * kw, qkv);
+      const TensorView qa = arena_->Make(n, qw), qb = arena_->Make(n, qw);
+      run(*gpu_, *separate, false, src_a, qa, arena_->Make(n, kw), arena_->Make(n, kw), gbias);
+      run(*gpu_, *fused, true, src_b, qb, arena_->Make(n, kw), arena_->Make(n, kw), gbias);
+      const auto want_q = arena_->Read(qa), got_q = arena_->Read(qb);
+      EXPECT_EQ(std::memcmp(want_q.data(), got_q.data(), want_q.size() * sizeof(float)), 0) << "rotated queries";
+      // The slots the step wrote (the rest of the blocks was never written).
+      for (const bool value : {false, true}) {
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t slot = step.slot_mapping[t];
+          const auto a = gpu_->ReadKVBlock(*separate, 0, value, static_cast<int32_t>(slot / bs));
+          const auto b = gpu_->ReadKVBlock(*fused, 0, value, static_cast<int32_t>(slot / bs));
+          const size_t per_token = a.size() / bs, at = (slot % bs) * per_token;  // [block_size] token rows
+          EXPECT_EQ(std::memcmp(a.data() + at, b.data() + at, per_token), 0)
+              << (value ? "V" : "K") << " of token " << t;
+        }
       }
+      // And the CPU's default: the same queries within the RoPE tolerance.
+      std::vector<float> src_c = qkv, q_c(n * qw), k_c(n * kw), v_c(n * kw);
+      const TensorView cbias[3] = {TensorView::F32(bq.data(), 1, qw), TensorView::F32(bk.data(), 1, kw),
+                                   TensorView::F32(bv.data(), 1, kw)};
+      run(cpu_, *on_cpu, true, TensorView::F32(src_c.data(), n, qw + 2 * kw), TensorView::F32(q_c.data(), n, qw),
+          TensorView::F32(k_c.data(), n, kw), TensorView::F32(v_c.data(), n, kw), cbias);
+      EXPECT_LE(RelativeError(got_q, q_c), 1e-6);
     }
-    // And the CPU's default: the same queries within the RoPE tolerance.
-    std::vector<float> src_c = qkv, q_c(n * qw), k_c(n * kw), v_c(n * kw);
-    const TensorView cbias[3] = {TensorView::F32(bq.data(), 1, qw), TensorView::F32(bk.data(), 1, kw),
-                                 TensorView::F32(bv.data(), 1, kw)};
-    run(cpu_, *on_cpu, true, TensorView::F32(src_c.data(), n, qw + 2 * kw), TensorView::F32(q_c.data(), n, qw),
-        TensorView::F32(k_c.data(), n, kw), TensorView::F32(v_c.data(), n, kw), cbias);
-    EXPECT_LE(RelativeError(got_q, q_c), 1e-6);
   }
 }
 
