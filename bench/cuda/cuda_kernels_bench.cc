@@ -294,6 +294,20 @@ void BenchSampling(CudaBackend& gpu, bool quick) {
 // a profiler range (SetProfiling), for `ncu --profile-from-start off` (gpu-check's profile).
 constexpr int64_t kProfilerSteps = 2;
 
+// Seconds per op kind over `steps` eager steps (CudaBackend::OpTimes), as us per step.
+void PrintOpTimes(const std::string& what, const std::vector<std::pair<std::string, double>>& times, int64_t steps) {
+  std::string ops;
+  double total = 0;
+  for (const auto& [op, sec] : times) {
+    total += sec;
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), " %s %.0f", op.c_str(), sec / steps * 1e6);
+    ops += buf;
+  }
+  std::printf("ops (eager, synchronized, us per step) %s: total %.0f:%s\n", what.c_str(), total / steps * 1e6,
+              ops.c_str());
+}
+
 void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool quick, bool graphs,
                 int64_t profile_batch) {
   LoadOptions options;
@@ -329,6 +343,11 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
         1, quick ? 3 : 5);
     std::printf("prefill %s n=%lld  %8.2f ms  %9.0f tokens/s  %6.1f TFLOP/s (2 x weights x tokens)\n", name.c_str(),
                 static_cast<long long>(n), t * 1e3, n / t, 2.0 * weight_bytes / 2 * n / t / 1e12);
+    // Where the time goes: one more pass, every op synchronized and timed.
+    gpu.EnableOpTimes(true);
+    ForwardSequence(*model, *cache, builder, tokens, 0, n, table, LogitRows::kLast, logits.data());
+    PrintOpTimes("prefill n=" + std::to_string(n), gpu.OpTimes(), 1);
+    gpu.EnableOpTimes(false);
   }
   const int64_t input = 512, output = quick ? 32 : 128;
   for (int64_t batch : {int64_t{1}, int64_t{64}}) {
@@ -384,16 +403,7 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
       for (int64_t s = 0; s < batch; ++s) builder.AddLogits(builder.AddSequence(tokens[s], input + i, 1, tables[s]));
       decode(builder.Finish());
     }
-    std::string ops;
-    double total = 0;
-    for (const auto& [op, sec] : gpu.OpTimes()) {
-      total += sec;
-      char buf[96];
-      std::snprintf(buf, sizeof(buf), " %s %.0f", op.c_str(), sec / kProfiled * 1e6);
-      ops += buf;
-    }
-    std::printf("ops (eager, synchronized, us per step) batch=%lld: total %.0f:%s\n", static_cast<long long>(batch),
-                total / kProfiled * 1e6, ops.c_str());
+    PrintOpTimes("batch=" + std::to_string(batch), gpu.OpTimes(), kProfiled);
     gpu.EnableOpTimes(false);
     gpu.EnableStepGraphs(graphs);
     const double floor_s = (weight_bytes + batch * (input + output / 2.0) * kv_bytes_per_token) / (copy_gbs * 1e9);
