@@ -67,14 +67,16 @@ class CudaEngineTest : public ::testing::Test {
 };
 
 // --cuda-graph-sizes: every (size, split depth) graph captured at start-up, decode steps padded
-// to the sizes (rows on a spare block), each request's tokens those it gets alone.
+// to the sizes (rows on a spare block), each request's tokens those it gets alone. Sizes past 64
+// rows capture and replay the CUTLASS GEMMs (kernels/cuda/gemm_cutlass.cu) inside the graphs.
 TEST_F(CudaEngineTest, PaddedDecodeGraphsCapturedAtStartUpKeepTheAloneOutputs) {
   EngineConfig config = Config(1024);
-  config.decode_batch_sizes = {1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64};
+  config.scheduler.max_num_seqs = 96;
+  config.decode_batch_sizes = {1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96};
   Engine e(*model_, nullptr, config);
   const int64_t warmed = gpu_->num_step_graphs();
-  EXPECT_GE(warmed, 11) << "a graph per size at least, before any request";
-  auto specs = Specs(40, 40, 24, false);
+  EXPECT_GE(warmed, 13) << "a graph per size at least, before any request";
+  auto specs = Specs(80, 40, 24, false);
   for (size_t i = 0; i < specs.size(); ++i) specs[i].max_tokens = 4 + static_cast<int64_t>(i % 20);
   const auto out = RunAll(e, specs);
   ASSERT_EQ(out.size(), specs.size());
