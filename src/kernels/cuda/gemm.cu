@@ -615,8 +615,10 @@ static bool GemmCutlassRows(const GemmBf16Params& p, cudaStream_t stream) {
     sk.ldc = sk.ldd = p.y_stride;
     sk.workspace = p.partial;
     sk.workspace_bytes = static_cast<size_t>(GemmBf16PartialFloats(p.m, p.n, p.splits)) * sizeof(float);
+    // As many rows a launch as the scratch holds the partial sums of (all of them, normally).
     int64_t slab = std::min<int64_t>(p.m, splits * kGemmPartialMaxRows);
-    for (sk.m = slab; slab > 128 && GemmCutlassWorkspace(sk) > sk.workspace_bytes; sk.m = slab) slab -= 128;
+    sk.m = slab;
+    while (slab > 128 && GemmCutlassWorkspace(sk) > sk.workspace_bytes) sk.m = slab -= 128;
     if (GemmCutlassSupported(sk)) {
       for (int64_t r0 = 0; r0 < p.m; r0 += slab) {
         GemmCutlassParams s = sk;
