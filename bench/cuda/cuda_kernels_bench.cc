@@ -1,7 +1,8 @@
 // pagoda_cuda_bench: the CUDA backend's kernels on the device, timed, as ratios to ceilings
 // measured in the same run (run by scripts/gpu-check beside ../shared/tools/gpu_baselines.py).
 //
-//   pagoda_cuda_bench [--quick] [--gemm-only] [--sampling-only] [--model dummy:llama-3-8b] [--enforce-eager]
+//   pagoda_cuda_bench [--quick] [--gemm-only] [--attention-only] [--sampling-only] [--model dummy:llama-3-8b]
+//                     [--enforce-eager]
 //                     [--profile-decode B]  (decode at batch B only, its last 2 graphed steps in a
 //                                            profiler range: ncu --profile-from-start off)
 //
@@ -418,13 +419,14 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
 
 int main(int argc, char** argv) {
   using namespace pagoda;
-  bool quick = false, eager = false, gemm_only = false, sampling_only = false;
+  bool quick = false, eager = false, gemm_only = false, attention_only = false, sampling_only = false;
   int64_t profile_batch = 0;
   std::string model;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     if (std::strcmp(argv[i], "--enforce-eager") == 0) eager = true;
     if (std::strcmp(argv[i], "--gemm-only") == 0) gemm_only = true;
+    if (std::strcmp(argv[i], "--attention-only") == 0) attention_only = true;
     if (std::strcmp(argv[i], "--sampling-only") == 0) sampling_only = true;
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
     if (std::strcmp(argv[i], "--profile-decode") == 0 && i + 1 < argc) profile_batch = std::atoll(argv[++i]);
@@ -442,7 +444,7 @@ int main(int argc, char** argv) {
     }
     const double copy = CopyBandwidth(gpu);
     std::printf("copy d2d 2 GiB  %7.0f GB/s\n", copy);
-    BenchGemm(gpu, quick, copy);
+    if (!attention_only) BenchGemm(gpu, quick, copy);
     if (gemm_only) return 0;
     BenchDecodeAttention(gpu, 128, 4096, copy);
     BenchDecodeAttention(gpu, 32, 4096, copy);
@@ -450,6 +452,7 @@ int main(int argc, char** argv) {
     // Quantized KV (SIMT kernel, dequantized in registers) at batch 64, 8K tokens, against bf16.
     for (const KVQuant q : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8}) BenchDecodeAttention(gpu, 64, 8192, copy, q);
     BenchPrefillAttentions(gpu, quick);
+    if (attention_only) return 0;
     BenchSampling(gpu, quick);
     if (!model.empty()) BenchModel(gpu, model, copy, quick, !eager, 0);
   } catch (const std::exception& e) {
