@@ -637,6 +637,7 @@ static bool GemmCutlassRows(const GemmBf16Params& p, cudaStream_t stream) {
     probe.m = std::min(slab, p.m);
     probe.k = p.splits.chunk;
     probe.add_c = true;
+    probe.chained = true;
     probe.c = probe.d = p.partial;
     probe.ldc = probe.ldd = p.n;
     if (!GemmCutlassSupported(probe)) return false;
@@ -654,6 +655,7 @@ static bool GemmCutlassRows(const GemmBf16Params& p, cudaStream_t stream) {
       s.m = rows;
       s.k = std::min(p.splits.chunk, p.k_padded - k0);
       s.add_c = chunk > 0;
+      s.chained = true;
       s.c = p.partial;
       s.ldc = p.n;
       const bool last = chunk == splits - 1;

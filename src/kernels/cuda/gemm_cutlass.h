@@ -35,6 +35,8 @@ struct GemmCutlassParams {
   int splits = 1;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // One product of a chain (a k chunk of a chunked weight, not split-K): the ping-pong kernel.
+  bool chained = false;
 };
 
 // Whether the kernels take these operands: TMA needs 16-byte aligned rows and bases.
