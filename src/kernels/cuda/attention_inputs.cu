@@ -17,78 +17,60 @@ __device__ inline void StorePlainRow(const float* row, void* cache, int64_t slot
 
 // Rows (heads) a block handles for one token in a step of at least kGroupedFrom tokens: the
 // token's RoPE cos/sin computed once for them, a few blocks a token rather than one per row
-// (H200, Llama-3-8B, 4096-token prefill: 237 -> 176 us a layer), the rows' loads in flight
-// together. Fewer tokens (decode), one row a block: more blocks, each a shorter chain (batch 1:
-// 12 -> 16 us a layer with 8 rows a block).
+// (H200, Llama-3-8B, 4096-token prefill: 237 -> 176 us a layer). Fewer tokens (decode), one row
+// a block: the rows of a block are handled one after another, and with few tokens that chain is
+// the step's latency (batch 1: 12 -> 16 us a layer with 8 rows a block).
 constexpr int kRowsPerBlock = 8;
 constexpr int64_t kGroupedFrom = 256;
 
-// Row h of token t: h < num_heads: query head h; then the KV heads' K rows, then their V rows.
-struct RowRef {
-  int kind;  // 0 q, 1 k, 2 v
-  int64_t head;
-};
-__device__ inline RowRef RefOf(const AttentionInputsParams& p, int64_t h) {
+// One row of token t: h < num_heads: query head h; then the KV heads' K rows, then their V rows.
+// `row` (shared) holds it while it is biased, rotated and stored.
+__device__ void WriteRow(const AttentionInputsParams& p, int64_t t, int64_t h, float* row, const float* cos_sin) {
   const int64_t hq = p.num_heads, hk = p.num_kv_heads;
-  const int kind = h < hq ? 0 : h < hq + hk ? 1 : 2;
-  return {kind, kind == 0 ? h : kind == 1 ? h - hq : h - hq - hk};
-}
-
-// Row h of token t, biased, into `row` (shared).
-__device__ void LoadRow(const AttentionInputsParams& p, int64_t t, int64_t h, float* row) {
-  const RowRef ref = RefOf(p, h);
+  const int kind = h < hq ? 0 : h < hq + hk ? 1 : 2;  // q, k, v
+  const int64_t head = kind == 0 ? h : kind == 1 ? h - hq : h - hq - hk;
   const int d = static_cast<int>(p.head_dim);
-  const float* src = ref.kind == 0 ? p.src_q + t * p.src_q_stride
-                     : ref.kind == 1 ? p.src_k + t * p.src_k_stride
-                                     : p.src_v + t * p.src_v_stride;
-  const float* bias = ref.kind == 0 ? p.bq : ref.kind == 1 ? p.bk : p.bv;
-  src += ref.head * d;
+  const float* src = kind == 0 ? p.src_q + t * p.src_q_stride : kind == 1 ? p.src_k + t * p.src_k_stride
+                                                                          : p.src_v + t * p.src_v_stride;
+  const float* bias = kind == 0 ? p.bq : kind == 1 ? p.bk : p.bv;
+  src += head * d;
   for (int i = threadIdx.x; i < d; i += kThreads) {
-    row[i] = bias != nullptr ? __fadd_rn(src[i], bias[ref.head * d + i]) : src[i];
+    row[i] = bias != nullptr ? __fadd_rn(src[i], bias[head * d + i]) : src[i];
   }
-}
-
-// RoPE on a loaded q or k row (the token's cos/sin pairs in `cos_sin`).
-__device__ void RotateRow(const AttentionInputsParams& p, int64_t h, float* row, const float* cos_sin) {
-  if (RefOf(p, h).kind == 2 || p.rope_dim <= 0) return;
-  const int half = static_cast<int>(p.rope_dim / 2);
-  for (int j = threadIdx.x; j < half; j += kThreads) {
-    const float c = cos_sin[2 * j], s = cos_sin[2 * j + 1];
-    const int i0 = p.interleaved ? 2 * j : j;
-    const int i1 = p.interleaved ? 2 * j + 1 : j + half;
-    const float a = row[i0], b = row[i1];
-    row[i0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    row[i1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+  __syncthreads();
+  if (kind < 2 && p.rope_dim > 0) {
+    const int half = static_cast<int>(p.rope_dim / 2);
+    for (int j = threadIdx.x; j < half; j += kThreads) {
+      const float c = cos_sin[2 * j], s = cos_sin[2 * j + 1];
+      const int i0 = p.interleaved ? 2 * j : j;
+      const int i1 = p.interleaved ? 2 * j + 1 : j + half;
+      const float a = row[i0], b = row[i1];
+      row[i0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+      row[i1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    }
+    __syncthreads();
   }
-}
-
-// A rotated row to its destination: q's rows, or the cache slot of token t (in its format).
-// Every thread of the block calls it (the quantizers synchronize).
-__device__ void StoreRow(const AttentionInputsParams& p, int64_t t, int64_t h, const float* row) {
-  const RowRef ref = RefOf(p, h);
-  const int64_t hq = p.num_heads, hk = p.num_kv_heads;
-  const int d = static_cast<int>(p.head_dim);
-  if (ref.kind == 0) {
-    float* out = p.q + t * hq * d + ref.head * d;
+  if (kind == 0) {
+    float* out = p.q + t * hq * d + head * d;
     for (int i = threadIdx.x; i < d; i += kThreads) out[i] = row[i];
     return;
   }
   const int64_t slot = p.slot_mapping[t];
   if (slot < 0) return;  // the same for the whole block
-  const KVArrayFormat& f = ref.kind == 1 ? p.k_format : p.v_format;
-  void* cache = ref.kind == 1 ? p.k_cache : p.v_cache;
+  const KVArrayFormat& f = kind == 1 ? p.k_format : p.v_format;
+  void* cache = kind == 1 ? p.k_cache : p.v_cache;
   switch (f.quant) {
     case KVQuant::kNone:
       switch (p.dtype) {
-        case DType::kF32: StorePlainRow<float>(row, cache, slot, hk * d, ref.head, d); break;
-        case DType::kBF16: StorePlainRow<__nv_bfloat16>(row, cache, slot, hk * d, ref.head, d); break;
-        default: StorePlainRow<__half>(row, cache, slot, hk * d, ref.head, d); break;
+        case DType::kF32: StorePlainRow<float>(row, cache, slot, hk * d, head, d); break;
+        case DType::kBF16: StorePlainRow<__nv_bfloat16>(row, cache, slot, hk * d, head, d); break;
+        default: StorePlainRow<__half>(row, cache, slot, hk * d, head, d); break;
       }
       return;
     case KVQuant::kFp8E4M3:
     case KVQuant::kFp8E5M2:
     case KVQuant::kInt8: {
-      uint8_t* out = static_cast<uint8_t*>(cache) + (slot * hk + ref.head) * DeviceKVRowBytes(f);
+      uint8_t* out = static_cast<uint8_t*>(cache) + (slot * hk + head) * DeviceKVRowBytes(f);
       if (f.quant == KVQuant::kFp8E4M3) {
         QuantizeFp8Row<Fp8E4M3Row>(row, out, d, f.tensor_scale);
       } else if (f.quant == KVQuant::kFp8E5M2) {
@@ -102,10 +84,9 @@ __device__ void StoreRow(const AttentionInputsParams& p, int64_t t, int64_t h, c
   }
 }
 
-// Block (token blockIdx.x, rows rows_per_block * blockIdx.y ...): the block's rows are loaded
-// together, then rotated, then stored (each phase's memory requests in flight at once).
+// Block (token blockIdx.x, rows rows_per_block * blockIdx.y ...).
 __global__ void __launch_bounds__(kThreads) AttentionInputsKernel(AttentionInputsParams p, int rows_per_block) {
-  __shared__ float rows_s[kRowsPerBlock][kMaxKVQuantDim];
+  __shared__ float row[kMaxKVQuantDim];
   __shared__ float cos_sin[kMaxKVQuantDim];  // (cos, sin) of each rotated pair
   const int64_t t = blockIdx.x;
   const int64_t rows = p.num_heads + 2 * p.num_kv_heads;
@@ -119,11 +100,10 @@ __global__ void __launch_bounds__(kThreads) AttentionInputsKernel(AttentionInput
       cos_sin[2 * j + 1] = static_cast<float>(sin(angle) * p.magnitude);
     }
   }
-  for (int64_t h = h0; h < h1; ++h) LoadRow(p, t, h, rows_s[h - h0]);
-  __syncthreads();
-  for (int64_t h = h0; h < h1; ++h) RotateRow(p, h, rows_s[h - h0], cos_sin);
-  __syncthreads();
-  for (int64_t h = h0; h < h1; ++h) StoreRow(p, t, h, rows_s[h - h0]);
+  for (int64_t h = h0; h < h1; ++h) {
+    __syncthreads();  // the previous row (and the cos/sin) done with
+    WriteRow(p, t, h, row, cos_sin);
+  }
 }
 
 }  // namespace
