@@ -106,6 +106,80 @@ __global__ void __launch_bounds__(kThreads) AttentionInputsKernel(AttentionInput
   }
 }
 
+// Unquantized caches (and q): one warp a row, the block's four warps on different rows at once
+// (no block-wide barrier between a row's phases), the same operations as WriteRow.
+constexpr int kWarps = kThreads / 32;
+__device__ void WarpRow(const AttentionInputsParams& p, int64_t t, int64_t h, float* row, const float* cos_sin) {
+  const int lane = threadIdx.x & 31;
+  const int64_t hq = p.num_heads, hk = p.num_kv_heads;
+  const int kind = h < hq ? 0 : h < hq + hk ? 1 : 2;  // q, k, v
+  const int64_t head = kind == 0 ? h : kind == 1 ? h - hq : h - hq - hk;
+  const int d = static_cast<int>(p.head_dim);
+  const float* src = kind == 0 ? p.src_q + t * p.src_q_stride : kind == 1 ? p.src_k + t * p.src_k_stride
+                                                                          : p.src_v + t * p.src_v_stride;
+  const float* bias = kind == 0 ? p.bq : kind == 1 ? p.bk : p.bv;
+  src += head * d;
+#pragma unroll 4
+  for (int i = lane; i < d; i += 32) row[i] = bias != nullptr ? __fadd_rn(src[i], bias[head * d + i]) : src[i];
+  __syncwarp();
+  if (kind < 2 && p.rope_dim > 0) {
+    const int half = static_cast<int>(p.rope_dim / 2);
+#pragma unroll 2
+    for (int j = lane; j < half; j += 32) {
+      const float c = cos_sin[2 * j], s = cos_sin[2 * j + 1];
+      const int i0 = p.interleaved ? 2 * j : j;
+      const int i1 = p.interleaved ? 2 * j + 1 : j + half;
+      const float a = row[i0], b = row[i1];
+      row[i0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+      row[i1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    }
+    __syncwarp();
+  }
+  if (kind == 0) {
+    float* out = p.q + t * hq * d + head * d;
+#pragma unroll 4
+    for (int i = lane; i < d; i += 32) out[i] = row[i];
+  } else {
+    const int64_t slot = p.slot_mapping[t];
+    if (slot >= 0) {
+      void* cache = kind == 1 ? p.k_cache : p.v_cache;
+      const int64_t at = slot * hk * d + head * d;
+      switch (p.dtype) {
+        case DType::kF32:
+          for (int i = lane; i < d; i += 32) static_cast<float*>(cache)[at + i] = row[i];
+          break;
+        case DType::kBF16:
+          for (int i = lane; i < d; i += 32) static_cast<__nv_bfloat16*>(cache)[at + i] = FromFloat<__nv_bfloat16>(row[i]);
+          break;
+        default:
+          for (int i = lane; i < d; i += 32) static_cast<__half*>(cache)[at + i] = FromFloat<__half>(row[i]);
+          break;
+      }
+    }
+  }
+  __syncwarp();  // the row buffer is read before the warp's next row overwrites it
+}
+
+__global__ void __launch_bounds__(kThreads) AttentionInputsWarpKernel(AttentionInputsParams p, int rows_per_block) {
+  __shared__ float rows_s[kWarps][kMaxKVQuantDim];
+  __shared__ float cos_sin[kMaxKVQuantDim];
+  const int64_t t = blockIdx.x;
+  const int64_t rows = p.num_heads + 2 * p.num_kv_heads;
+  const int64_t h0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
+  const int64_t h1 = h0 + rows_per_block < rows ? h0 + rows_per_block : rows;
+  if (p.rope_dim > 0 && h0 < p.num_heads + p.num_kv_heads) {
+    const int half = static_cast<int>(p.rope_dim / 2);
+    for (int j = threadIdx.x; j < half; j += kThreads) {
+      const double angle = static_cast<double>(p.positions[t]) * p.inv_freq[j];
+      cos_sin[2 * j] = static_cast<float>(cos(angle) * p.magnitude);
+      cos_sin[2 * j + 1] = static_cast<float>(sin(angle) * p.magnitude);
+    }
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5;
+  for (int64_t h = h0 + warp; h < h1; h += kWarps) WarpRow(p, t, h, rows_s[warp], cos_sin);
+}
+
 }  // namespace
 
 void WriteAttentionInputs(const AttentionInputsParams& p, cudaStream_t stream) {
@@ -119,10 +193,20 @@ void WriteAttentionInputs(const AttentionInputsParams& p, cudaStream_t stream) {
   PAGODA_CHECK(p.k_format.quant != KVQuant::kNone || p.dtype == DType::kF32 || p.dtype == DType::kBF16 ||
                p.dtype == DType::kF16)
       << "WriteAttentionInputs: KV element type " << DTypeName(p.dtype);
-  const int rows_per_block = p.num_tokens >= kGroupedFrom ? kRowsPerBlock : 1;
+  // Unquantized: a warp a row, a block's four warps on one row each (a short chain: decode) or
+  // two (kGroupedFrom tokens and more: the cos/sin shared by eight rows). Quantized rows (the
+  // quantizers reduce over the block): a block a row, or kRowsPerBlock one after another.
+  const bool warp_rows = p.k_format.quant == KVQuant::kNone;
+  const int rows_per_block =
+      warp_rows ? (p.num_tokens >= kGroupedFrom ? 2 * kWarps : kWarps) : p.num_tokens >= kGroupedFrom ? kRowsPerBlock : 1;
   const int64_t row_groups = (p.num_heads + 2 * p.num_kv_heads + rows_per_block - 1) / rows_per_block;
   PAGODA_CHECK(p.num_tokens <= 2147483647 && row_groups <= 65535) << "WriteAttentionInputs: grid too large";
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(row_groups));
+  if (warp_rows) {
+    AttentionInputsWarpKernel<<<grid, kThreads, 0, stream>>>(p, rows_per_block);
+    PAGODA_CUDA_CHECK_LAUNCH("AttentionInputsWarpKernel");
+    return;
+  }
   AttentionInputsKernel<<<grid, kThreads, 0, stream>>>(p, rows_per_block);
   PAGODA_CUDA_CHECK_LAUNCH("AttentionInputsKernel");
 }
