@@ -78,16 +78,16 @@ __device__ __forceinline__ float Blend(float X, float x, MergeScales s) {
   return __fadd_rn(__fmul_rn(X, s.a), __fmul_rn(x, s.b));
 }
 
-// One tile of 64 keys (K and V rows in shared memory from absolute key `tile_start`) into the
-// warp's 16 rows. `mask`: some row of the warp has keys of this tile outside its window.
+// The first half of a tile of 64 keys (K rows in shared memory from absolute key `tile_start`)
+// for the warp's 16 rows: s = P = 2^(S - m), the state's max and sum updated and O rescaled.
+// `mask`: some row of the warp has keys of this tile outside its window.
 template <typename T, int HD>
-__device__ __forceinline__ void AttendTile(const uint8_t* ks, const uint8_t* vs, int tile_start,
-                                           const uint32_t (&qf)[HD / 16][4], const Rows& rows, float scale_log2,
-                                           bool mask, State<HD>& st) {
+__device__ __forceinline__ void ScoreTile(const uint8_t* ks, int tile_start, const uint32_t (&qf)[HD / 16][4],
+                                          const Rows& rows, float scale_log2, bool mask, State<HD>& st,
+                                          float (&s)[8][4]) {
   using Geo = Geometry<HD>;
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   // S = Q K^T: eight n-tiles of 8 keys.
-  float s[8][4];
 #pragma unroll
   for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
@@ -145,7 +145,14 @@ __device__ __forceinline__ void AttendTile(const uint8_t* ks, const uint8_t* vs,
     st.acc[dt][2] = __fmul_rn(st.acc[dt][2], corr[1]);
     st.acc[dt][3] = __fmul_rn(st.acc[dt][3], corr[1]);
   }
-  // O += P V: P's C fragments are the A fragments of the second product (16 keys a k-step).
+}
+
+// The second half: O += P V (V rows in shared memory). P's C fragments are the A fragments of
+// the second product (16 keys a k-step).
+template <typename T, int HD>
+__device__ __forceinline__ void AddValues(const uint8_t* vs, const float (&s)[8][4], State<HD>& st) {
+  using Geo = Geometry<HD>;
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int kk = 0; kk < kKeyTile / 16; ++kk) {
     const uint32_t a[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]), PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
@@ -161,6 +168,16 @@ __device__ __forceinline__ void AttendTile(const uint8_t* ks, const uint8_t* vs,
       Mma<T>(st.acc[2 * dp + 1], a, b1);
     }
   }
+}
+
+// One tile of 64 keys, both halves.
+template <typename T, int HD>
+__device__ __forceinline__ void AttendTile(const uint8_t* ks, const uint8_t* vs, int tile_start,
+                                           const uint32_t (&qf)[HD / 16][4], const Rows& rows, float scale_log2,
+                                           bool mask, State<HD>& st) {
+  float s[8][4];
+  ScoreTile<T, HD>(ks, tile_start, qf, rows, scale_log2, mask, st, s);
+  AddValues<T, HD>(vs, s, st);
 }
 
 struct KernelArgs {
@@ -179,9 +196,12 @@ __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int po
 // kWarps warps serve tokens of one sequence for one KV head (blockIdx.y). kSplit: one token,
 // segment blockIdx.z of it, the state written to `partial` (or the output when the token has
 // one segment); otherwise every segment, merged as the walk goes.
-template <typename T, int HD, int kWarps, bool kSplit>
+// kPing: one K and one V buffer instead of two stages of both (half the shared memory, twice
+// the blocks an SM): K of the next tile loads while P V runs, V while the next scores do.
+template <typename T, int HD, int kWarps, bool kSplit, bool kPing>
 __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a) {
   using Geo = Geometry<HD>;
+  constexpr int kKVBytes = kPing ? Geo::kStageBytes : Geo::kPipelineBytes;
   constexpr int kThreads = kWarps * 32;
   extern __shared__ __align__(16) uint8_t smem[];
   const PagedAttentionParams& p = a.p;
@@ -290,6 +310,18 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(kvh) * HD * 2;
   const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(kvh) * HD * 2;
   constexpr int kChunks = HD * 2 / 16;  // 16-byte pieces of a row
+  // Tile j's K (or V) rows to `dst`; keys outside [lo, hi] are zeros (never read from the cache).
+  auto load_rows = [&](uint8_t* dst, const char* base, int j) {
+    const int key0 = j * kKeyTile;
+#pragma unroll 4
+    for (int i = tid; i < kKeyTile * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const int key = key0 + r;
+      const bool ok = key >= lo && key <= hi;
+      const int64_t slot = ok ? static_cast<int64_t>(table[key >> bs_shift]) * p.block_size + (key & bs_mask) : 0;
+      CpAsync16(SmemAddr(dst + r * Geo::kRowBytes + c * 16), base + slot * slot_bytes + c * 16, ok);
+    }
+  };
   // Tile j's keys into `stage`; keys outside [lo, hi] are zeros (never read from the cache).
   auto load_tile = [&](int stage, int j) {
     uint8_t* ks = smem + stage * Geo::kStageBytes;
@@ -320,7 +352,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   // this thread's own slots ([value][thread], conflict-free).
   float M[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
   bool merged[2] = {false, false};
-  float* o_s = reinterpret_cast<float*>(smem + Geo::kPipelineBytes) + tid;
+  float* o_s = reinterpret_cast<float*>(smem + kKVBytes) + tid;
   auto flush = [&](const bool (&now)[2]) {  // every lane calls it (the quad sums)
     const float l_total[2] = {QuadSum(st.l[0]), QuadSum(st.l[1])};
 #pragma unroll
@@ -355,26 +387,58 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   };
 
   const int tile_lo = lo / kKeyTile, tile_hi = hi / kKeyTile;
-  load_tile(0, tile_lo);
-  CpAsyncCommit();
-  for (int j = tile_lo; j <= tile_hi; ++j) {
-    if (j < tile_hi) load_tile((j + 1 - tile_lo) & 1, j + 1);
-    CpAsyncCommit();
-    CpAsyncWait<1>();
-    barrier();
-    const int tile_start = j * kKeyTile;
-    if (tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo) {
-      const uint8_t* ks = smem + ((j - tile_lo) & 1) * Geo::kStageBytes;
-      const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
-      AttendTile<T, HD>(ks, ks + Geo::kTileBytes, tile_start, qf, rows, a.scale_log2, mask, st);
-    }
-    barrier();  // the stage is read before the tile after next overwrites it
+  // After tile j, the walking shapes merge a segment that ends there.
+  auto end_tile = [&](int j) {
     if constexpr (!kSplit) {
-      const int end = tile_start + kKeyTile;
+      const int end = (j + 1) * kKeyTile;
       if (end % kSegmentUnit == 0 && j < tile_hi) {
         const bool now[2] = {end % rows.seg[0] == 0, end % rows.seg[1] == 0};
         flush(now);
       }
+    }
+  };
+  if constexpr (kPing) {
+    uint8_t* ks = smem;
+    uint8_t* vs = smem + Geo::kTileBytes;
+    load_rows(ks, k_base, tile_lo);
+    CpAsyncCommit();
+    load_rows(vs, v_base, tile_lo);
+    CpAsyncCommit();
+    for (int j = tile_lo; j <= tile_hi; ++j) {
+      const int tile_start = j * kKeyTile;
+      const bool active = tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo;
+      const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
+      float s[8][4];
+      CpAsyncWait<1>();  // K of tile j (V of tile j may still be in flight)
+      barrier();
+      if (active) ScoreTile<T, HD>(ks, tile_start, qf, rows, a.scale_log2, mask, st, s);
+      barrier();  // K read: the next tile's K may overwrite it
+      if (j < tile_hi) load_rows(ks, k_base, j + 1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();  // V of tile j
+      barrier();
+      if (active) AddValues<T, HD>(vs, s, st);
+      barrier();
+      if (j < tile_hi) load_rows(vs, v_base, j + 1);
+      CpAsyncCommit();
+      end_tile(j);
+    }
+  } else {
+    load_tile(0, tile_lo);
+    CpAsyncCommit();
+    for (int j = tile_lo; j <= tile_hi; ++j) {
+      if (j < tile_hi) load_tile((j + 1 - tile_lo) & 1, j + 1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+      barrier();
+      const int tile_start = j * kKeyTile;
+      if (tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo) {
+        const uint8_t* ks = smem + ((j - tile_lo) & 1) * Geo::kStageBytes;
+        const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
+        AttendTile<T, HD>(ks, ks + Geo::kTileBytes, tile_start, qf, rows, a.scale_log2, mask, st);
+      }
+      barrier();  // the stage is read before the tile after next overwrites it
+      end_tile(j);
     }
   }
 
@@ -453,14 +517,31 @@ void AllowSmem(Kernel kernel, int bytes, uint32_t* devices_done) {
   *devices_done |= bit;
 }
 
-template <typename T, int HD, int kWarps, bool kSplit>
+template <typename T, int HD, int kWarps, bool kSplit, bool kPing>
 void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream) {
   using Geo = Geometry<HD>;
-  constexpr int kSmem = Geo::kPipelineBytes + (kSplit ? 0 : Geo::kOutFloats * kWarps * 32 * 4);
+  constexpr int kSmem =
+      (kPing ? Geo::kStageBytes : Geo::kPipelineBytes) + (kSplit ? 0 : Geo::kOutFloats * kWarps * 32 * 4);
   static uint32_t devices_done = 0;
-  AllowSmem(FlashAttentionKernel<T, HD, kWarps, kSplit>, kSmem, &devices_done);
-  FlashAttentionKernel<T, HD, kWarps, kSplit><<<grid, kWarps * 32, kSmem, stream>>>(a);
+  AllowSmem(FlashAttentionKernel<T, HD, kWarps, kSplit, kPing>, kSmem, &devices_done);
+  FlashAttentionKernel<T, HD, kWarps, kSplit, kPing><<<grid, kWarps * 32, kSmem, stream>>>(a);
   PAGODA_CUDA_CHECK_LAUNCH("FlashAttentionKernel");
+}
+
+// The one-warp shapes take the K/V ping buffers when the grid has more blocks than the
+// two-stage kernel keeps resident (three an SM, by shared memory): then twice the warps an SM
+// hide more latency than a second stage does (H200, 32 query / 8 KV heads, dim 128: batch 128,
+// context 4096, 2968 -> 3429 GB/s; batch 64, 8192: 3153 -> 3507). Fewer blocks (batch 1) keep the
+// second stage (batch 1, context 32768: 2027 GB/s, 1363 with ping buffers). The same bits
+// either way.
+bool UsePing(int64_t blocks) {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    PAGODA_CUDA_CHECK(cudaGetDevice(&device));
+    PAGODA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    return count;
+  }();
+  return blocks > 3 * static_cast<int64_t>(sms);
 }
 
 template <typename T, int HD>
@@ -478,8 +559,12 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
     case FlashShape::kSplit: {
       const int depth = FlashSplitDepth(max_keys);
       a.tokens_per_warp = 1;
-      LaunchKernel<T, HD, 1, true>(a, dim3(static_cast<unsigned>(p.num_tokens), kv, static_cast<unsigned>(depth)),
-                                   stream);
+      const dim3 grid(static_cast<unsigned>(p.num_tokens), kv, static_cast<unsigned>(depth));
+      if (UsePing(p.num_tokens * p.num_kv_heads * depth)) {
+        LaunchKernel<T, HD, 1, true, true>(a, grid, stream);
+      } else {
+        LaunchKernel<T, HD, 1, true, false>(a, grid, stream);
+      }
       if (depth > 1) {
         FlashMergeKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
                                stream>>>(p, scratch);
@@ -489,11 +574,15 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
     }
     case FlashShape::kNarrow:
       a.tokens_per_warp = 1;
-      LaunchKernel<T, HD, 1, false>(a, dim3(static_cast<unsigned>(p.num_tokens), kv), stream);
+      if (UsePing(p.num_tokens * p.num_kv_heads)) {
+        LaunchKernel<T, HD, 1, false, true>(a, dim3(static_cast<unsigned>(p.num_tokens), kv), stream);
+      } else {
+        LaunchKernel<T, HD, 1, false, false>(a, dim3(static_cast<unsigned>(p.num_tokens), kv), stream);
+      }
       return;
     case FlashShape::kWide:
       a.items = items;
-      LaunchKernel<T, HD, kWideWarps, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream);
+      LaunchKernel<T, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream);
       return;
   }
 }
