@@ -437,6 +437,29 @@ __global__ void ConvertToBf16Kernel(const float* x, int64_t x_stride, int rows, 
   out[i] = __float2bfloat16_rn(c < cols ? x[r * x_stride + c] : 0.0f);
 }
 
+// The same conversion, eight columns a thread (two 16-byte loads, one 16-byte store) and 32-bit
+// index arithmetic, for 16-byte aligned rows; the tail of a row past `cols` is zeros.
+__global__ void ConvertToBf16x8Kernel(const float* x, int64_t x_stride, int rows, int cols, int cols_padded,
+                                      __nv_bfloat16* out) {
+  const uint32_t chunks = static_cast<uint32_t>(cols_padded) / 8;
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= static_cast<uint32_t>(rows) * chunks) return;
+  const uint32_t r = i / chunks, c = (i - r * chunks) * 8;
+  const float* src = x + r * x_stride + c;
+  float v[8];
+  if (static_cast<int>(c) + 8 <= cols) {
+    const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
+    v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = static_cast<int>(c) + j < cols ? src[j] : 0.0f;
+  }
+  __align__(16) __nv_bfloat16 b[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) b[j] = __float2bfloat16_rn(v[j]);
+  *reinterpret_cast<uint4*>(out + static_cast<int64_t>(r) * cols_padded + c) = *reinterpret_cast<const uint4*>(b);
+}
+
 // T's kernel for kMode and its dynamic shared memory; the first call sets the kernel's limit.
 template <class T, Mode kMode>
 std::pair<void (*)(Args), int> KernelFor() {
@@ -568,6 +591,15 @@ void ConvertToBf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols,
                    cudaStream_t stream) {
   const int64_t total = rows * cols_padded;
   if (total == 0) return;
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  if (aligned && x_stride % 4 == 0 && cols_padded % 8 == 0 && total / 8 < (int64_t{1} << 31)) {
+    const int64_t threads = total / 8;
+    ConvertToBf16x8Kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
+        x, x_stride, static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(cols_padded),
+        reinterpret_cast<__nv_bfloat16*>(out));
+    PAGODA_CUDA_CHECK_LAUNCH("ConvertToBf16x8Kernel");
+    return;
+  }
   ConvertToBf16Kernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, stream>>>(
       x, x_stride, static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(cols_padded),
       reinterpret_cast<__nv_bfloat16*>(out));
