@@ -1,6 +1,7 @@
 #include "kernels/cuda/elementwise.h"
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -56,6 +57,7 @@ namespace {
 // Four outputs a thread (16-byte loads of gate and up, one 16-byte store), the same Silu(g) * u.
 __global__ void SiluMulPairs16x4Kernel(const float* gu, int64_t gus, float* out, int64_t os, int64_t row0,
                                        int64_t cols) {
+  AllowDependentLaunch();  // the down GEMM after it prefetches its weights meanwhile
   const int64_t r = row0 + blockIdx.y;
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   if (c >= cols) return;

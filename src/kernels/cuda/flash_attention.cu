@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -487,6 +488,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
 // The split shape's merge: a token's segment states in order, as the walking shapes merge them.
 template <int HD>
 __global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial) {
+  AllowDependentLaunch();  // the o GEMM after it prefetches its weights meanwhile
   const int t = blockIdx.x, h = blockIdx.y;
   const int pos = p.positions[t], first = WindowStart(p, pos);
   const int seg = static_cast<int>(FlashSegmentKeys(first, pos));

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -34,6 +35,7 @@ __device__ __forceinline__ float InvRms(double ss, const RmsNormParams& p) {
 // turn), then scales them.
 // One block per row of up to kMaxThreads threads; y may alias x.
 __global__ void __launch_bounds__(kMaxThreads) RmsNormVec4Kernel(RmsNormParams p) {
+  AllowDependentLaunch();  // a decode GEMM after it prefetches its weights meanwhile
   __shared__ double partial[kMaxThreads / 32];
   const int64_t r = blockIdx.x;
   const float4* x = reinterpret_cast<const float4*>(p.x + r * p.x_stride);
@@ -70,6 +72,7 @@ __global__ void __launch_bounds__(kMaxThreads) RmsNormVec4Kernel(RmsNormParams p
 // Any other row: strided loops, x read twice. y may alias x (each thread rewrites only the
 // values it read).
 __global__ void RmsNormKernel(RmsNormParams p) {
+  AllowDependentLaunch();
   __shared__ double partial[kThreads / 32];
   const int64_t r = blockIdx.x;
   const float* x = p.x + r * p.x_stride;
