@@ -9,10 +9,13 @@ namespace {
 
 constexpr int kThreads = 128;
 
-template <typename T>
-__device__ inline void StorePlainRow(const float* row, void* cache, int64_t slot, int64_t width, int64_t head, int d) {
+// A row rounded to the cache's element type into its slot, by the threads first, first +
+// kStride, ...
+template <typename T, int kStride = kThreads>
+__device__ inline void StorePlainRow(const float* row, void* cache, int64_t slot, int64_t width, int64_t head, int d,
+                                     int first = threadIdx.x) {
   T* out = static_cast<T*>(cache) + slot * width + head * d;
-  for (int i = threadIdx.x; i < d; i += kThreads) out[i] = FromFloat<T>(row[i]);
+  for (int i = first; i < d; i += kStride) out[i] = FromFloat<T>(row[i]);
 }
 
 // Rows (heads) a block handles for one token in a step of at least kGroupedFrom tokens: the
@@ -23,24 +26,35 @@ __device__ inline void StorePlainRow(const float* row, void* cache, int64_t slot
 constexpr int kRowsPerBlock = 8;
 constexpr int64_t kGroupedFrom = 256;
 
-// One row of token t: h < num_heads: query head h; then the KV heads' K rows, then their V rows.
-// `row` (shared) holds it while it is biased, rotated and stored.
-__device__ void WriteRow(const AttentionInputsParams& p, int64_t t, int64_t h, float* row, const float* cos_sin) {
+// Row h of a token: h < num_heads: query head h; then the KV heads' K rows, then their V rows.
+struct RowRef {
+  int kind;  // 0 q, 1 k, 2 v
+  int64_t head;
+};
+__device__ inline RowRef RefOf(const AttentionInputsParams& p, int64_t h) {
   const int64_t hq = p.num_heads, hk = p.num_kv_heads;
-  const int kind = h < hq ? 0 : h < hq + hk ? 1 : 2;  // q, k, v
-  const int64_t head = kind == 0 ? h : kind == 1 ? h - hq : h - hq - hk;
+  const int kind = h < hq ? 0 : h < hq + hk ? 1 : 2;
+  return {kind, kind == 0 ? h : kind == 1 ? h - hq : h - hq - hk};
+}
+
+// Row `ref` of token t biased into `row` (shared), then RoPE on q and k, by the threads
+// first, first + kStride, ...; sync() between the phases (the block's barrier or the warp's).
+template <int kStride, typename Sync>
+__device__ void BiasAndRotate(const AttentionInputsParams& p, int64_t t, RowRef ref, float* row, const float* cos_sin,
+                              int first, Sync sync) {
   const int d = static_cast<int>(p.head_dim);
-  const float* src = kind == 0 ? p.src_q + t * p.src_q_stride : kind == 1 ? p.src_k + t * p.src_k_stride
-                                                                          : p.src_v + t * p.src_v_stride;
-  const float* bias = kind == 0 ? p.bq : kind == 1 ? p.bk : p.bv;
-  src += head * d;
-  for (int i = threadIdx.x; i < d; i += kThreads) {
-    row[i] = bias != nullptr ? __fadd_rn(src[i], bias[head * d + i]) : src[i];
-  }
-  __syncthreads();
-  if (kind < 2 && p.rope_dim > 0) {
+  const float* src = ref.kind == 0   ? p.src_q + t * p.src_q_stride
+                     : ref.kind == 1 ? p.src_k + t * p.src_k_stride
+                                     : p.src_v + t * p.src_v_stride;
+  const float* bias = ref.kind == 0 ? p.bq : ref.kind == 1 ? p.bk : p.bv;
+  src += ref.head * d;
+#pragma unroll 4
+  for (int i = first; i < d; i += kStride) row[i] = bias != nullptr ? __fadd_rn(src[i], bias[ref.head * d + i]) : src[i];
+  sync();
+  if (ref.kind < 2 && p.rope_dim > 0) {
     const int half = static_cast<int>(p.rope_dim / 2);
-    for (int j = threadIdx.x; j < half; j += kThreads) {
+#pragma unroll 2
+    for (int j = first; j < half; j += kStride) {
       const float c = cos_sin[2 * j], s = cos_sin[2 * j + 1];
       const int i0 = p.interleaved ? 2 * j : j;
       const int i1 = p.interleaved ? 2 * j + 1 : j + half;
@@ -48,8 +62,18 @@ __device__ void WriteRow(const AttentionInputsParams& p, int64_t t, int64_t h, f
       row[i0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
       row[i1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
     }
-    __syncthreads();
+    sync();
   }
+}
+
+// One row of token t, a block for it: `row` (shared) holds it while it is biased, rotated and
+// stored.
+__device__ void WriteRow(const AttentionInputsParams& p, int64_t t, int64_t h, float* row, const float* cos_sin) {
+  const RowRef ref = RefOf(p, h);
+  const int kind = ref.kind;
+  const int64_t head = ref.head, hq = p.num_heads, hk = p.num_kv_heads;
+  const int d = static_cast<int>(p.head_dim);
+  BiasAndRotate<kThreads>(p, t, ref, row, cos_sin, threadIdx.x, [] { __syncthreads(); });
   if (kind == 0) {
     float* out = p.q + t * hq * d + head * d;
     for (int i = threadIdx.x; i < d; i += kThreads) out[i] = row[i];
@@ -84,6 +108,18 @@ __device__ void WriteRow(const AttentionInputsParams& p, int64_t t, int64_t h, f
   }
 }
 
+// Token t's RoPE (cos, sin) pairs into `cos_sin` (shared) by the block, when its rows from h0
+// include a q or k row (the angle in float64, rounded to f32 after the magnitude).
+__device__ void TokenCosSin(const AttentionInputsParams& p, int64_t t, int64_t h0, float* cos_sin) {
+  if (p.rope_dim <= 0 || h0 >= p.num_heads + p.num_kv_heads) return;
+  const int half = static_cast<int>(p.rope_dim / 2);
+  for (int j = threadIdx.x; j < half; j += kThreads) {
+    const double angle = static_cast<double>(p.positions[t]) * p.inv_freq[j];
+    cos_sin[2 * j] = static_cast<float>(cos(angle) * p.magnitude);
+    cos_sin[2 * j + 1] = static_cast<float>(sin(angle) * p.magnitude);
+  }
+}
+
 // Block (token blockIdx.x, rows rows_per_block * blockIdx.y ...).
 __global__ void __launch_bounds__(kThreads) AttentionInputsKernel(AttentionInputsParams p, int rows_per_block) {
   __shared__ float row[kMaxKVQuantDim];
@@ -92,14 +128,7 @@ __global__ void __launch_bounds__(kThreads) AttentionInputsKernel(AttentionInput
   const int64_t rows = p.num_heads + 2 * p.num_kv_heads;
   const int64_t h0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
   const int64_t h1 = h0 + rows_per_block < rows ? h0 + rows_per_block : rows;
-  if (p.rope_dim > 0 && h0 < p.num_heads + p.num_kv_heads) {
-    const int half = static_cast<int>(p.rope_dim / 2);
-    for (int j = threadIdx.x; j < half; j += kThreads) {
-      const double angle = static_cast<double>(p.positions[t]) * p.inv_freq[j];
-      cos_sin[2 * j] = static_cast<float>(cos(angle) * p.magnitude);
-      cos_sin[2 * j + 1] = static_cast<float>(sin(angle) * p.magnitude);
-    }
-  }
+  TokenCosSin(p, t, h0, cos_sin);
   for (int64_t h = h0; h < h1; ++h) {
     __syncthreads();  // the previous row (and the cos/sin) done with
     WriteRow(p, t, h, row, cos_sin);
@@ -111,30 +140,11 @@ __global__ void __launch_bounds__(kThreads) AttentionInputsKernel(AttentionInput
 constexpr int kWarps = kThreads / 32;
 __device__ void WarpRow(const AttentionInputsParams& p, int64_t t, int64_t h, float* row, const float* cos_sin) {
   const int lane = threadIdx.x & 31;
-  const int64_t hq = p.num_heads, hk = p.num_kv_heads;
-  const int kind = h < hq ? 0 : h < hq + hk ? 1 : 2;  // q, k, v
-  const int64_t head = kind == 0 ? h : kind == 1 ? h - hq : h - hq - hk;
+  const RowRef ref = RefOf(p, h);
+  const int kind = ref.kind;
+  const int64_t head = ref.head, hq = p.num_heads, hk = p.num_kv_heads;
   const int d = static_cast<int>(p.head_dim);
-  const float* src = kind == 0 ? p.src_q + t * p.src_q_stride : kind == 1 ? p.src_k + t * p.src_k_stride
-                                                                          : p.src_v + t * p.src_v_stride;
-  const float* bias = kind == 0 ? p.bq : kind == 1 ? p.bk : p.bv;
-  src += head * d;
-#pragma unroll 4
-  for (int i = lane; i < d; i += 32) row[i] = bias != nullptr ? __fadd_rn(src[i], bias[head * d + i]) : src[i];
-  __syncwarp();
-  if (kind < 2 && p.rope_dim > 0) {
-    const int half = static_cast<int>(p.rope_dim / 2);
-#pragma unroll 2
-    for (int j = lane; j < half; j += 32) {
-      const float c = cos_sin[2 * j], s = cos_sin[2 * j + 1];
-      const int i0 = p.interleaved ? 2 * j : j;
-      const int i1 = p.interleaved ? 2 * j + 1 : j + half;
-      const float a = row[i0], b = row[i1];
-      row[i0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-      row[i1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
-    }
-    __syncwarp();
-  }
+  BiasAndRotate<32>(p, t, ref, row, cos_sin, lane, [] { __syncwarp(); });
   if (kind == 0) {
     float* out = p.q + t * hq * d + head * d;
 #pragma unroll 4
@@ -143,17 +153,10 @@ __device__ void WarpRow(const AttentionInputsParams& p, int64_t t, int64_t h, fl
     const int64_t slot = p.slot_mapping[t];
     if (slot >= 0) {
       void* cache = kind == 1 ? p.k_cache : p.v_cache;
-      const int64_t at = slot * hk * d + head * d;
       switch (p.dtype) {
-        case DType::kF32:
-          for (int i = lane; i < d; i += 32) static_cast<float*>(cache)[at + i] = row[i];
-          break;
-        case DType::kBF16:
-          for (int i = lane; i < d; i += 32) static_cast<__nv_bfloat16*>(cache)[at + i] = FromFloat<__nv_bfloat16>(row[i]);
-          break;
-        default:
-          for (int i = lane; i < d; i += 32) static_cast<__half*>(cache)[at + i] = FromFloat<__half>(row[i]);
-          break;
+        case DType::kF32: StorePlainRow<float, 32>(row, cache, slot, hk * d, head, d, lane); break;
+        case DType::kBF16: StorePlainRow<__nv_bfloat16, 32>(row, cache, slot, hk * d, head, d, lane); break;
+        default: StorePlainRow<__half, 32>(row, cache, slot, hk * d, head, d, lane); break;
       }
     }
   }
@@ -167,14 +170,7 @@ __global__ void __launch_bounds__(kThreads) AttentionInputsWarpKernel(AttentionI
   const int64_t rows = p.num_heads + 2 * p.num_kv_heads;
   const int64_t h0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
   const int64_t h1 = h0 + rows_per_block < rows ? h0 + rows_per_block : rows;
-  if (p.rope_dim > 0 && h0 < p.num_heads + p.num_kv_heads) {
-    const int half = static_cast<int>(p.rope_dim / 2);
-    for (int j = threadIdx.x; j < half; j += kThreads) {
-      const double angle = static_cast<double>(p.positions[t]) * p.inv_freq[j];
-      cos_sin[2 * j] = static_cast<float>(cos(angle) * p.magnitude);
-      cos_sin[2 * j + 1] = static_cast<float>(sin(angle) * p.magnitude);
-    }
-  }
+  TokenCosSin(p, t, h0, cos_sin);
   __syncthreads();
   const int warp = threadIdx.x >> 5;
   for (int64_t h = h0 + warp; h < h1; h += kWarps) WarpRow(p, t, h, rows_s[warp], cos_sin);

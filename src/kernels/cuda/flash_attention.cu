@@ -311,8 +311,9 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(kvh) * HD * 2;
   const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(kvh) * HD * 2;
   constexpr int kChunks = HD * 2 / 16;  // 16-byte pieces of a row
-  // Tile j's K (or V) rows to `dst`; keys outside [lo, hi] are zeros (never read from the cache).
-  auto load_rows = [&](uint8_t* dst, const char* base, int j) {
+  // Tile j's K rows to `ks` (kK) and V rows to `vs` (kV); keys outside [lo, hi] are zeros
+  // (never read from the cache).
+  auto load_rows = [&]<bool kK, bool kV>(uint8_t* ks, uint8_t* vs, int j) {
     const int key0 = j * kKeyTile;
 #pragma unroll 4
     for (int i = tid; i < kKeyTile * kChunks; i += kThreads) {
@@ -320,24 +321,17 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       const int key = key0 + r;
       const bool ok = key >= lo && key <= hi;
       const int64_t slot = ok ? static_cast<int64_t>(table[key >> bs_shift]) * p.block_size + (key & bs_mask) : 0;
-      CpAsync16(SmemAddr(dst + r * Geo::kRowBytes + c * 16), base + slot * slot_bytes + c * 16, ok);
+      if constexpr (kK) CpAsync16(SmemAddr(ks + r * Geo::kRowBytes + c * 16), k_base + slot * slot_bytes + c * 16, ok);
+      if constexpr (kV) CpAsync16(SmemAddr(vs + r * Geo::kRowBytes + c * 16), v_base + slot * slot_bytes + c * 16, ok);
     }
   };
-  // Tile j's keys into `stage`; keys outside [lo, hi] are zeros (never read from the cache).
+  // Tile j's keys into `stage` (two stages); its K or V alone (the ping buffers).
   auto load_tile = [&](int stage, int j) {
     uint8_t* ks = smem + stage * Geo::kStageBytes;
-    uint8_t* vs = ks + Geo::kTileBytes;
-    const int key0 = j * kKeyTile;
-#pragma unroll 4
-    for (int i = tid; i < kKeyTile * kChunks; i += kThreads) {
-      const int r = i / kChunks, c = i % kChunks;
-      const int key = key0 + r;
-      const bool ok = key >= lo && key <= hi;
-      const int64_t slot = ok ? static_cast<int64_t>(table[key >> bs_shift]) * p.block_size + (key & bs_mask) : 0;
-      CpAsync16(SmemAddr(ks + r * Geo::kRowBytes + c * 16), k_base + slot * slot_bytes + c * 16, ok);
-      CpAsync16(SmemAddr(vs + r * Geo::kRowBytes + c * 16), v_base + slot * slot_bytes + c * 16, ok);
-    }
+    load_rows.template operator()<true, true>(ks, ks + Geo::kTileBytes, j);
   };
+  auto load_k = [&](uint8_t* ks, int j) { load_rows.template operator()<true, false>(ks, nullptr, j); };
+  auto load_v = [&](uint8_t* vs, int j) { load_rows.template operator()<false, true>(nullptr, vs, j); };
   auto barrier = [] {
     if constexpr (kWarps == 1) {
       __syncwarp();
@@ -401,9 +395,9 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   if constexpr (kPing) {
     uint8_t* ks = smem;
     uint8_t* vs = smem + Geo::kTileBytes;
-    load_rows(ks, k_base, tile_lo);
+    load_k(ks, tile_lo);
     CpAsyncCommit();
-    load_rows(vs, v_base, tile_lo);
+    load_v(vs, tile_lo);
     CpAsyncCommit();
     for (int j = tile_lo; j <= tile_hi; ++j) {
       const int tile_start = j * kKeyTile;
@@ -414,13 +408,13 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       barrier();
       if (active) ScoreTile<T, HD>(ks, tile_start, qf, rows, a.scale_log2, mask, st, s);
       barrier();  // K read: the next tile's K may overwrite it
-      if (j < tile_hi) load_rows(ks, k_base, j + 1);
+      if (j < tile_hi) load_k(ks, j + 1);
       CpAsyncCommit();
       CpAsyncWait<1>();  // V of tile j
       barrier();
       if (active) AddValues<T, HD>(vs, s, st);
       barrier();
-      if (j < tile_hi) load_rows(vs, v_base, j + 1);
+      if (j < tile_hi) load_v(vs, j + 1);
       CpAsyncCommit();
       end_tile(j);
     }
