@@ -1,6 +1,7 @@
 #include "kernels/cuda/elementwise.h"
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch_info.h"
 #include "kernels/cuda/pdl.cuh"
 
 namespace pagoda::cuda {
@@ -67,7 +68,6 @@ __global__ void SiluMulPairs16x4Kernel(const float* gu, int64_t gus, float* out,
   *reinterpret_cast<float4*>(out + r * os + c) =
       make_float4(Silu(g.x) * u.x, Silu(g.y) * u.y, Silu(g.z) * u.z, Silu(g.w) * u.w);
 }
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 }  // namespace
 
 void SiluMulPairs16(const float* gu, int64_t gus, float* out, int64_t os, int64_t rows, int64_t cols,

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch_info.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
 
@@ -530,15 +531,7 @@ void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream) {
 // context 4096, 2968 -> 3429 GB/s; batch 64, 8192: 3153 -> 3507). Fewer blocks (batch 1) keep the
 // second stage (batch 1, context 32768: 2027 GB/s, 1363 with ping buffers). The same bits
 // either way.
-bool UsePing(int64_t blocks) {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    PAGODA_CUDA_CHECK(cudaGetDevice(&device));
-    PAGODA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    return count;
-  }();
-  return blocks > 3 * static_cast<int64_t>(sms);
-}
+bool UsePing(int64_t blocks) { return blocks > 3 * static_cast<int64_t>(SmCount()); }
 
 template <typename T, int HD>
 void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,

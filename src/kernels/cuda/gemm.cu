@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_cutlass.h"
+#include "kernels/cuda/launch_info.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -486,11 +487,9 @@ template <class T, Mode kMode>
 int64_t ConcurrentBlocks() {
   static const int64_t blocks = [] {
     const auto [kernel, smem] = KernelFor<T, kMode>();
-    int per_sm = 0, device = 0, sms = 0;
+    int per_sm = 0;
     PAGODA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, T::kThreads, smem));
-    PAGODA_CUDA_CHECK(cudaGetDevice(&device));
-    PAGODA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return std::max<int64_t>(1, static_cast<int64_t>(per_sm) * sms);
+    return std::max<int64_t>(1, static_cast<int64_t>(per_sm) * SmCount());
   }();
   return blocks;
 }
@@ -591,8 +590,7 @@ void ConvertToBf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols,
                    cudaStream_t stream) {
   const int64_t total = rows * cols_padded;
   if (total == 0) return;
-  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0;
-  if (aligned && x_stride % 4 == 0 && cols_padded % 8 == 0 && total / 8 < (int64_t{1} << 31)) {
+  if (Aligned16(x) && Aligned16(out) && x_stride % 4 == 0 && cols_padded % 8 == 0 && total / 8 < (int64_t{1} << 31)) {
     const int64_t threads = total / 8;
     ConvertToBf16x8Kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
         x, x_stride, static_cast<int>(rows), static_cast<int>(cols), static_cast<int>(cols_padded),
@@ -714,7 +712,7 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
   Args a = {};
   a.x = p.x;
   a.x_stride = p.x_stride;
-  a.x_vec = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_stride % 4 == 0;
+  a.x_vec = Aligned16(p.x) && p.x_stride % 4 == 0;
   a.k = static_cast<int>(p.k);
   a.xb = p.xb;
   a.w = p.w;

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch_info.h"
 
 namespace pagoda::cuda {
 namespace {
@@ -91,8 +92,9 @@ struct Sm90Gemm {
   static void Run(const GemmCutlassParams& p, int sm_count, cudaStream_t stream) {
     Device gemm;
     const auto args = Arguments(p, sm_count);
-    PAGODA_CHECK(Workspace(p, sm_count) <= p.workspace_bytes)
-        << "GemmCutlass: workspace of " << p.workspace_bytes << " bytes, " << Workspace(p, sm_count) << " needed";
+    const size_t need = Device::get_workspace_size(args);
+    PAGODA_CHECK(need <= p.workspace_bytes)
+        << "GemmCutlass: workspace of " << p.workspace_bytes << " bytes, " << need << " needed";
     // The split-K locks are zeroed here (a memset on the stream), the partial sums need not be.
     cutlass::Status status = gemm.initialize(args, p.workspace, stream);
     if (status == cutlass::Status::kSuccess) status = gemm.run(stream);
@@ -121,22 +123,10 @@ using SmallSplitGemm = Sm90Gemm<SmallShape, SmallCluster, cutlass::gemm::StreamK
 using ChainGemm = Sm90Gemm<SmallShape, LargeCluster, void, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                            cutlass::epilogue::TmaWarpSpecialized>;
 
-int SmCount() {
-  static const int count = [] {
-    int device = 0, sms = 0;
-    PAGODA_CUDA_CHECK(cudaGetDevice(&device));
-    PAGODA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return sms;
-  }();
-  return count;
-}
-
 bool UseLarge(const GemmCutlassParams& p) {
   const int64_t large_tiles = (p.m + 127) / 128 * ((p.n + 255) / 256);
   return large_tiles >= SmCount();
 }
-
-bool Aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 // Calls f.template operator()<G>() with the kernel type for p.
 template <class F>
@@ -153,7 +143,7 @@ auto Dispatch(const GemmCutlassParams& p, F&& f) {
 
 bool GemmCutlassSupported(const GemmCutlassParams& p) {
   if (p.m <= 0 || p.n <= 0 || p.k <= 0) return false;
-  if (!Aligned(p.a) || !Aligned(p.b) || !Aligned(p.d) || (p.add_c && !Aligned(p.c))) return false;
+  if (!Aligned16(p.a) || !Aligned16(p.b) || !Aligned16(p.d) || (p.add_c && !Aligned16(p.c))) return false;
   if (p.lda % 8 != 0 || p.ldb % 8 != 0 || p.ldd % 4 != 0 || (p.add_c && p.ldc % 4 != 0)) return false;
   // Split-K cuts k into equal runs of whole 64-wide k-tiles.
   if (p.splits > 1 && p.k % (p.splits * 64) != 0) return false;

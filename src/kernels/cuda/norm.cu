@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch_info.h"
 #include "kernels/cuda/pdl.cuh"
 
 namespace pagoda::cuda {
@@ -82,8 +83,6 @@ __global__ void RmsNormKernel(RmsNormParams p) {
   const float inv = InvRms(BlockSum(ss, partial), p);
   for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) y[i] = x[i] * inv * p.weight[i];
 }
-
-bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 }  // namespace
 
