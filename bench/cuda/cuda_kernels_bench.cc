@@ -14,7 +14,8 @@
 //   decode-attn paged decode attention, one query token per sequence: GB/s of K/V read once;
 //   prefill-attn causal prefill attention, gpu_baselines.py's SDPA shapes: TFLOP/s;
 //   sample    Backend::Sample of 128256-token logits on the device: us per step (BenchSampling);
-//   prefill/decode  with --model: the whole model through Model::Forward (BenchModel).
+//   prefill/decode  with --model: the whole model through Model::Forward (BenchModel), and
+//             without --quick batch 64 at 8K-token contexts per KV format (BenchLongContextDecode).
 // Each figure is the median of repeated timings after a warm-up (host clock around
 // synchronized batches of launches).
 #include <algorithm>
@@ -309,6 +310,8 @@ void PrintOpTimes(const std::string& what, const std::vector<std::pair<std::stri
               ops.c_str());
 }
 
+void BenchLongContextDecode(CudaBackend& gpu, Model& model, const std::string& name, double copy_gbs);
+
 void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool quick, bool graphs,
                 int64_t profile_batch) {
   LoadOptions options;
@@ -412,6 +415,75 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
                 graphs ? "" : "(eager)", name.c_str(), static_cast<long long>(batch), static_cast<long long>(input),
                 static_cast<long long>(output), t * 1e3, batch / t, floor_s * 1e3, 100.0 * floor_s / t);
   }
+  if (!quick && profile_batch == 0 && graphs) BenchLongContextDecode(gpu, *model, name, copy_gbs);
+}
+
+// Batch 64 at 8K-token contexts by KV format (bf16, fp8 e4m3, int8): every layer's cache written
+// with random rows (a decode's cost does not depend on the values; a prefill of 64 x 8K tokens
+// would take most of the run), then graphed decode steps, against the floor of the weights and
+// the format's K/V bytes.
+void BenchLongContextDecode(CudaBackend& gpu, Model& model, const std::string& name, double copy_gbs) {
+  const int64_t batch = 64, context = 8192, steps = 16, block = 16;
+  const int64_t vocab = model.spec().vocab_size;
+  const int64_t per_seq = (context + steps + block - 1) / block;
+  for (const KVQuant quant : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8}) {
+    KVStorageShape shape = model.KVShapeFor(batch * per_seq, block, DType::kBF16);
+    shape.quant = quant;
+    auto cache = gpu.CreateKVCache(shape);
+    const int64_t width = shape.num_kv_heads * shape.head_dim, chunk = 4096;
+    std::vector<std::shared_ptr<float>> keep;
+    const TensorView kr = Device(gpu, &keep, chunk, width, 51), vr = Device(gpu, &keep, chunk, width, 52);
+    std::vector<std::vector<int32_t>> tables(batch);
+    std::vector<int32_t> tokens(context + steps, 5);
+    StepBuilder builder;
+    for (int64_t s = 0; s < batch; ++s) {
+      tables[s].resize(per_seq);
+      std::iota(tables[s].begin(), tables[s].end(), static_cast<int32_t>(s * per_seq));
+      for (int64_t first = 0; first < context; first += chunk) {
+        const int64_t count = std::min(chunk, context - first);
+        builder.Reset(block);
+        builder.AddSequence(tokens, first, count, tables[s]);
+        gpu.BeginStep(builder.Finish(), *cache);
+        for (int64_t l = 0; l < shape.num_layers; ++l) gpu.WriteKV(*cache, l, kr.RowRange(0, count), vr.RowRange(0, count));
+      }
+    }
+    model.ReserveWorkspace(batch, batch);
+    SamplingParams greedy;
+    greedy.temperature = 0.0;
+    std::vector<std::unique_ptr<SamplerState>> states;
+    std::vector<SampleRow> rows(batch);
+    for (int64_t s = 0; s < batch; ++s) {
+      states.push_back(gpu.CreateSampler(greedy));
+      rows[s].state = states.back().get();
+    }
+    std::vector<double> step_s;
+    for (int64_t i = 0; i < steps; ++i) {
+      gpu.Synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      builder.Reset(block);
+      for (int64_t s = 0; s < batch; ++s) builder.AddLogits(builder.AddSequence(tokens, context + i, 1, tables[s]));
+      const TensorView logits = gpu.LogitsBuffer(batch, vocab);
+      model.Forward(builder.Finish(), gpu, *cache, logits);
+      gpu.Sample(logits, rows);
+      gpu.Synchronize();
+      step_s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(step_s.begin(), step_s.end());
+    const double t = step_s[step_s.size() / 2];
+    double kv_bytes_per_token = 0;
+    for (int64_t l = 0; l < shape.num_layers; ++l) {
+      const KVLayerFormats f = LayerKVFormats(shape, l);
+      kv_bytes_per_token += static_cast<double>(shape.num_kv_heads) * (KVRowBytes(f.k) + KVRowBytes(f.v));
+    }
+    const double floor_s =
+        (static_cast<double>(model.WeightBytesPerToken()) + batch * (context + steps / 2.0) * kv_bytes_per_token) /
+        (copy_gbs * 1e9);
+    std::printf("decode %s batch=%lld ctx=%lld kv=%-8s step %7.2f ms  %8.0f tokens/s  floor %7.2f ms  %4.1f%% of floor"
+                "  (%.0f KV bytes a token)\n",
+                name.c_str(), static_cast<long long>(batch), static_cast<long long>(context),
+                quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e3, batch / t, floor_s * 1e3,
+                100.0 * floor_s / t, kv_bytes_per_token);
+  }
 }
 
 }  // namespace
@@ -449,8 +521,14 @@ int main(int argc, char** argv) {
     BenchDecodeAttention(gpu, 128, 4096, copy);
     BenchDecodeAttention(gpu, 32, 4096, copy);
     BenchDecodeAttention(gpu, 1, 32768, copy);
-    // Quantized KV (SIMT kernel, dequantized in registers) at batch 64, 8K tokens, against bf16.
+    // Quantized KV (FlashAttention on bf16 tiles dequantized in shared memory) at batch 64, 8K
+    // tokens (and 32K without --quick), against bf16.
     for (const KVQuant q : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8}) BenchDecodeAttention(gpu, 64, 8192, copy, q);
+    if (!quick) {
+      for (const KVQuant q : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8}) {
+        BenchDecodeAttention(gpu, 64, 32768, copy, q);
+      }
+    }
     BenchPrefillAttentions(gpu, quick);
     if (attention_only) return 0;
     BenchSampling(gpu, quick);
