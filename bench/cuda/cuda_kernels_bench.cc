@@ -312,6 +312,18 @@ void PrintOpTimes(const std::string& what, const std::vector<std::pair<std::stri
 
 void BenchLongContextDecode(CudaBackend& gpu, Model& model, const std::string& name, double copy_gbs);
 
+// One greedy device sampler a sequence (kept in `states`), as the engine's rows for Sample.
+std::vector<SampleRow> GreedyRows(CudaBackend& gpu, int64_t batch, std::vector<std::unique_ptr<SamplerState>>* states) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0;
+  std::vector<SampleRow> rows(batch);
+  for (int64_t s = 0; s < batch; ++s) {
+    states->push_back(gpu.CreateSampler(greedy));
+    rows[s].state = states->back().get();
+  }
+  return rows;
+}
+
 void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool quick, bool graphs,
                 int64_t profile_batch) {
   LoadOptions options;
@@ -369,14 +381,8 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
       tokens[s] = tokens_for(input + output + kProfiled, s);
       ForwardSequence(*model, *cache, builder, tokens[s], 0, input, tables[s], LogitRows::kLast, logits.data());
     }
-    SamplingParams greedy;
-    greedy.temperature = 0.0;
     std::vector<std::unique_ptr<SamplerState>> states;
-    std::vector<SampleRow> rows(batch);
-    for (int64_t s = 0; s < batch; ++s) {
-      states.push_back(gpu.CreateSampler(greedy));
-      rows[s].state = states.back().get();
-    }
+    std::vector<SampleRow> rows = GreedyRows(gpu, batch, &states);
     auto decode = [&](const StepDescription& step) {
       const TensorView device_logits = gpu.LogitsBuffer(batch, vocab);
       model->Forward(step, gpu, *cache, device_logits);
@@ -448,14 +454,8 @@ void BenchLongContextDecode(CudaBackend& gpu, Model& model, const std::string& n
       }
     }
     model.ReserveWorkspace(batch, batch);
-    SamplingParams greedy;
-    greedy.temperature = 0.0;
     std::vector<std::unique_ptr<SamplerState>> states;
-    std::vector<SampleRow> rows(batch);
-    for (int64_t s = 0; s < batch; ++s) {
-      states.push_back(gpu.CreateSampler(greedy));
-      rows[s].state = states.back().get();
-    }
+    std::vector<SampleRow> rows = GreedyRows(gpu, batch, &states);
     std::vector<double> step_s;
     for (int64_t i = 0; i < steps; ++i) {
       gpu.Synchronize();

@@ -47,10 +47,12 @@ TEST_P(CudaAttentionTest, PagedAttentionMatchesCpu) {
   auto cache_c = cpu_.CreateKVCache(shape);
   auto cache_g = gpu_->CreateKVCache(shape);
   AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), a.window};
-  // f32 and quantized caches: f32 arithmetic on the CPU's dequantized values (the same codes);
-  // 16-bit caches: tensor cores (FlashAttention).
-  const double tol =
-      a.kv_dtype == DType::kF32 || a.quant != KVQuant::kNone ? kF32Tolerance : testing::kBf16AttentionTolerance;
+  // f32 caches and int8 groups FlashAttention does not take (12 values): f32 arithmetic on the
+  // CPU's dequantized values (the same codes); 16-bit caches and the other quantized ones: tensor
+  // cores on bf16 tiles (FlashAttention; quantized values dequantized in f32, rounded to bf16).
+  const int64_t g = std::min(a.group, hd);
+  const bool simt = a.kv_dtype == DType::kF32 || (a.quant == KVQuant::kInt8 && (g % 8 != 0 || hd % g != 0));
+  const double tol = simt ? kF32Tolerance : testing::kBf16AttentionTolerance;
   const std::vector<std::vector<int64_t>> firsts = {{0, 0, 0}, {17, 50, 1}};
   const std::vector<std::vector<int64_t>> counts = {{17, 50, 1}, {1, 13, 1}};
   for (int s = 0; s < 2; ++s) {
@@ -106,13 +108,13 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{16, 4, 64, DType::kBF16, 19}, AttentionCase{32, 1, 128, DType::kF32, 7},
                       AttentionCase{16, 4, 128, DType::kF16, 0}, AttentionCase{32, 16, 128, DType::kBF16, 0},
                       AttentionCase{16, 3, 64, DType::kBF16, 23}, AttentionCase{64, 1, 64, DType::kF16, 5},
-                      // Quantized rows: the grouped kernel (4-byte rows, int8 groups of 8k)...
+                      // Quantized rows: FlashAttention (int8 groups of 8k dividing the head dim)...
                       AttentionCase{16, 4, 128, DType::kBF16, 0, KVQuant::kFp8E4M3},
                       AttentionCase{32, 8, 64, DType::kBF16, 0, KVQuant::kFp8E5M2},
                       AttentionCase{16, 1, 64, DType::kBF16, 19, KVQuant::kInt8, 32},
                       AttentionCase{32, 3, 128, DType::kBF16, 0, KVQuant::kInt8, 16},
                       AttentionCase{16, 2, 128, DType::kBF16, 0, KVQuant::kFp8E4M3},
-                      // ... and the plain kernel (G > 8; 130-byte int8 rows; groups of 12).
+                      // ... (G 16; 130-byte int8 rows) and the SIMT kernel (int8 groups of 12).
                       AttentionCase{16, 16, 128, DType::kBF16, 0, KVQuant::kFp8E4M3},
                       AttentionCase{32, 4, 128, DType::kBF16, 0, KVQuant::kInt8, 128},
                       AttentionCase{16, 2, 64, DType::kBF16, 7, KVQuant::kInt8, 12}),
@@ -201,7 +203,8 @@ TEST_F(CudaOpsTest, LongContextSplitsMatchCpuAndDoNotDependOnTheBatch) {
 // bits: 150 sequences of 1..700 tokens prefilled in one step (wide: blocks of 16 tokens), then
 // decoded together (150 tokens: narrow), then three of them decoded alone (split: a block per
 // segment and a merge); a 200-token chunk recomputed on its own (wide, other block boundaries)
-// equals the same tokens inside the full prefill. Against the CPU within the bf16 tolerance.
+// equals the same tokens inside the full prefill. Against the CPU within the bf16 tolerance. For
+// bf16 rows and for fp8 and int8 rows (dequantized into bf16 tiles by the kernel).
 TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
   const int64_t kv_heads = 2, heads = 8, hd = 128, bs = 16, num_seqs = 150;
   std::vector<int64_t> lengths, prompt;
@@ -211,62 +214,68 @@ TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
   }
   StepCase c;
   MakeTables(lengths, bs, 13, &c);
-  KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
-  auto cache_c = cpu_.CreateKVCache(shape);
-  auto cache_g = gpu_->CreateKVCache(shape);
-  const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), 0};
-  const int64_t row = heads * hd;
-  auto attend = [&](const StepDescription& step, const std::vector<float>& q, const std::vector<float>* k,
-                    const std::vector<float>* v, bool cpu_too, double* err) {
-    const int64_t n = step.num_tokens();
-    gpu_->BeginStep(step, *cache_g);
-    if (k != nullptr) gpu_->WriteKV(*cache_g, 0, arena_->Make(n, kv_heads * hd, *k), arena_->Make(n, kv_heads * hd, *v));
-    const TensorView og = arena_->Make(n, row);
-    gpu_->PagedAttention(*cache_g, 0, layer, arena_->Make(n, row, q), og);
-    std::vector<float> got = arena_->Read(og);
-    if (cpu_too) {
-      std::vector<float> kc = *k, vc = *v, qc = q, want(n * row);
-      cpu_.BeginStep(step, *cache_c);
-      cpu_.WriteKV(*cache_c, 0, TensorView::F32(kc.data(), n, kv_heads * hd), TensorView::F32(vc.data(), n, kv_heads * hd));
-      cpu_.PagedAttention(*cache_c, 0, layer, TensorView::F32(qc.data(), n, row), TensorView::F32(want.data(), n, row));
-      *err = RelativeError(got, want);
+  // bf16 rows, and fp8 and int8 rows dequantized to bf16 tiles in the kernel.
+  for (const KVQuant quant : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8}) {
+    SCOPED_TRACE(KVQuantName(quant));
+    KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
+    shape.quant = quant;
+    shape.group_size = 32;
+    auto cache_c = cpu_.CreateKVCache(shape);
+    auto cache_g = gpu_->CreateKVCache(shape);
+    const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), 0};
+    const int64_t row = heads * hd;
+    auto attend = [&](const StepDescription& step, const std::vector<float>& q, const std::vector<float>* k,
+                      const std::vector<float>* v, bool cpu_too, double* err) {
+      const int64_t n = step.num_tokens();
+      gpu_->BeginStep(step, *cache_g);
+      if (k != nullptr) gpu_->WriteKV(*cache_g, 0, arena_->Make(n, kv_heads * hd, *k), arena_->Make(n, kv_heads * hd, *v));
+      const TensorView og = arena_->Make(n, row);
+      gpu_->PagedAttention(*cache_g, 0, layer, arena_->Make(n, row, q), og);
+      std::vector<float> got = arena_->Read(og);
+      if (cpu_too) {
+        std::vector<float> kc = *k, vc = *v, qc = q, want(n * row);
+        cpu_.BeginStep(step, *cache_c);
+        cpu_.WriteKV(*cache_c, 0, TensorView::F32(kc.data(), n, kv_heads * hd), TensorView::F32(vc.data(), n, kv_heads * hd));
+        cpu_.PagedAttention(*cache_c, 0, layer, TensorView::F32(qc.data(), n, row), TensorView::F32(want.data(), n, row));
+        *err = RelativeError(got, want);
+      }
+      return got;
+    };
+    // The prefill: every prompt in one step.
+    std::vector<int64_t> zeros(num_seqs, 0);
+    const StepDescription& prefill = BuildStep(&c, bs, zeros, prompt, 100);
+    const int64_t n = prefill.num_tokens();
+    const auto q = RandomVector(n * row, 31), k = RandomVector(n * kv_heads * hd, 32), v = RandomVector(n * kv_heads * hd, 33);
+    double err = 0.0;
+    const std::vector<float> full = attend(prefill, q, &k, &v, true, &err);
+    EXPECT_LE(err, testing::kBf16AttentionTolerance) << "prefill";
+    // Sequence 18 has 667 prompt tokens; its tokens [300, 500) again, as a chunk of their own.
+    ASSERT_EQ(prompt[18], 667);
+    const int64_t seq18 = prefill.query_start_loc[18];
+    {
+      c.builder.Reset(bs);
+      std::vector<int32_t> tokens(500, 5);
+      c.builder.AddSequence(tokens, 300, 200, c.tables[18]);
+      const std::vector<float> qc(q.begin() + (seq18 + 300) * row, q.begin() + (seq18 + 500) * row);
+      const std::vector<float> chunk = attend(c.builder.Finish(), qc, nullptr, nullptr, false, nullptr);
+      EXPECT_EQ(std::memcmp(chunk.data(), full.data() + (seq18 + 300) * row, chunk.size() * sizeof(float)), 0)
+          << "a 200-token chunk differs from the same tokens in the whole prefill";
     }
-    return got;
-  };
-  // The prefill: every prompt in one step.
-  std::vector<int64_t> zeros(num_seqs, 0);
-  const StepDescription& prefill = BuildStep(&c, bs, zeros, prompt, 100);
-  const int64_t n = prefill.num_tokens();
-  const auto q = RandomVector(n * row, 31), k = RandomVector(n * kv_heads * hd, 32), v = RandomVector(n * kv_heads * hd, 33);
-  double err = 0.0;
-  const std::vector<float> full = attend(prefill, q, &k, &v, true, &err);
-  EXPECT_LE(err, testing::kBf16AttentionTolerance) << "prefill";
-  // Sequence 18 has 667 prompt tokens; its tokens [300, 500) again, as a chunk of their own.
-  ASSERT_EQ(prompt[18], 667);
-  const int64_t seq18 = prefill.query_start_loc[18];
-  {
-    c.builder.Reset(bs);
-    std::vector<int32_t> tokens(500, 5);
-    c.builder.AddSequence(tokens, 300, 200, c.tables[18]);
-    const std::vector<float> qc(q.begin() + (seq18 + 300) * row, q.begin() + (seq18 + 500) * row);
-    const std::vector<float> chunk = attend(c.builder.Finish(), qc, nullptr, nullptr, false, nullptr);
-    EXPECT_EQ(std::memcmp(chunk.data(), full.data() + (seq18 + 300) * row, chunk.size() * sizeof(float)), 0)
-        << "a 200-token chunk differs from the same tokens in the whole prefill";
-  }
-  // Every sequence decodes one token (150 tokens, one per sequence).
-  std::vector<int64_t> ones(num_seqs, 1);
-  const auto qd = RandomVector(num_seqs * row, 41), kd = RandomVector(num_seqs * kv_heads * hd, 42),
-             vd = RandomVector(num_seqs * kv_heads * hd, 43);
-  const std::vector<float> together = attend(BuildStep(&c, bs, prompt, ones, 100), qd, &kd, &vd, true, &err);
-  EXPECT_LE(err, testing::kBf16AttentionTolerance) << "decode of 150";
-  for (const int64_t s : {int64_t{0}, int64_t{18}, num_seqs - 1}) {
-    c.builder.Reset(bs);
-    std::vector<int32_t> tokens(lengths[s], 5);
-    c.builder.AddSequence(tokens, prompt[s], 1, c.tables[s]);
-    const std::vector<float> qs(qd.begin() + s * row, qd.begin() + (s + 1) * row);
-    const std::vector<float> alone = attend(c.builder.Finish(), qs, nullptr, nullptr, false, nullptr);
-    EXPECT_EQ(std::memcmp(alone.data(), together.data() + s * row, row * sizeof(float)), 0)
-        << "sequence " << s << " decoded alone differs from the batch of 150";
+    // Every sequence decodes one token (150 tokens, one per sequence).
+    std::vector<int64_t> ones(num_seqs, 1);
+    const auto qd = RandomVector(num_seqs * row, 41), kd = RandomVector(num_seqs * kv_heads * hd, 42),
+               vd = RandomVector(num_seqs * kv_heads * hd, 43);
+    const std::vector<float> together = attend(BuildStep(&c, bs, prompt, ones, 100), qd, &kd, &vd, true, &err);
+    EXPECT_LE(err, testing::kBf16AttentionTolerance) << "decode of 150";
+    for (const int64_t s : {int64_t{0}, int64_t{18}, num_seqs - 1}) {
+      c.builder.Reset(bs);
+      std::vector<int32_t> tokens(lengths[s], 5);
+      c.builder.AddSequence(tokens, prompt[s], 1, c.tables[s]);
+      const std::vector<float> qs(qd.begin() + s * row, qd.begin() + (s + 1) * row);
+      const std::vector<float> alone = attend(c.builder.Finish(), qs, nullptr, nullptr, false, nullptr);
+      EXPECT_EQ(std::memcmp(alone.data(), together.data() + s * row, row * sizeof(float)), 0)
+          << "sequence " << s << " decoded alone differs from the batch of 150";
+    }
   }
 }
 

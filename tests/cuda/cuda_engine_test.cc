@@ -137,8 +137,9 @@ TEST_F(CudaEngineTest, PreemptionUnderATinyCacheLosesNothing) {
   }
 }
 
-// fp8 and int8 KV, quantized on the device and read by the SIMT attention kernel: 16 concurrent
-// requests (decode graphs, mixed prefill/decode steps) give the tokens each gets alone.
+// fp8 and int8 KV, quantized on the device and read by FlashAttention (dequantized into bf16
+// tiles): 16 concurrent requests (decode graphs, mixed prefill/decode steps) give the tokens
+// each gets alone.
 TEST_F(CudaEngineTest, QuantizedKVRequestsGetTheirAloneOutputs) {
   for (const KVCacheDType dtype : {KVCacheDType::kFp8E4M3, KVCacheDType::kInt8}) {
     SCOPED_TRACE(KVCacheDTypeName(dtype));

@@ -1,13 +1,15 @@
 // Paged attention on tensor cores: FlashAttention-2-style tiles (mma.sync m16n8k16) over a
-// bf16 or f16 KV cache, for head dims 64 and 128, up to 16 query heads per KV head and
-// power-of-two block sizes; the contract of kernels/params/attention_params.h (the grouped
-// SIMT kernel in paged_attention.cu serves the other shapes and f32 caches).
+// bf16 or f16 KV cache, or an fp8 (e4m3, e5m2) or int8 one (rows copied raw and converted in
+// shared memory and registers: flash_attention.cu, RawGeometry), for head dims 64 and 128, up
+// to 16 query heads per KV head and power-of-two block sizes; the contract of
+// kernels/params/attention_params.h (the grouped SIMT kernel in paged_attention.cu serves the
+// other shapes, f32 caches and int8 groups that are not 8k values dividing the head dim).
 //
 // A warp computes 16 query rows: the G query heads of one KV head for 16 / G consecutive
 // tokens of one sequence (GQA packing: the group shares every K/V read). Q is rounded to the
-// cache's 16-bit type, S = Q K^T and O += P V run on tensor cores with f32 accumulators, P is
-// rounded to the same type for the second product (as FlashAttention does), the online softmax
-// is in f32 in the log2 domain.
+// cache's 16-bit type (bf16 for int8, f16 for fp8), S = Q K^T and O += P V run on tensor cores
+// with f32 accumulators, P is rounded to the V tile's type for the second product (as
+// FlashAttention does), the online softmax is in f32 in the log2 domain.
 //
 // The same bits whatever the step: every row's result is a function of its own position only.
 //   - Keys are walked in tiles of 64 at absolute positions [64j, 64j + 64); keys outside a
@@ -39,7 +41,8 @@ struct FlashWorkItem {
   int32_t num_tokens = 0;
 };
 
-// Whether FlashAttention serves `p` (unquantized bf16/f16 cache, head dim 64 or 128, group
+// Whether FlashAttention serves `p` (bf16/f16 cache, or K and V both fp8 or both int8 with
+// scale groups of 8k values dividing the head dim, 16-byte aligned; head dim 64 or 128, group
 // size <= 16, power-of-two block size).
 bool FlashAttentionSupports(const PagedAttentionParams& p);
 
