@@ -120,9 +120,6 @@ __device__ __forceinline__ float Blend(float X, float x, MergeScales s) {
   return __fadd_rn(__fmul_rn(X, s.a), __fmul_rn(x, s.b));
 }
 
-// The first half of a tile of 64 keys (K rows in shared memory from absolute key `tile_start`)
-// for the warp's 16 rows: s = P = 2^(S - m), the state's max and sum updated and O rescaled.
-// `mask`: some row of the warp has keys of this tile outside its window.
 // K's B fragments from 16-bit rows in shared memory (kRowBytes apart).
 template <int HD>
 struct TileK {
@@ -161,6 +158,9 @@ struct RawFp8K {
   }
 };
 
+// The first half of a tile of 64 keys (K's fragments from `kf`, the keys from absolute key
+// `tile_start`) for the warp's 16 rows: s = P = 2^(S - m), the state's max and sum updated and O
+// rescaled. `mask`: some row of the warp has keys of this tile outside its window.
 template <typename T, int HD, class KFrag>
 __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, const uint32_t (&qf)[HD / 16][4],
                                               const Rows& rows, float scale_log2, bool mask, State<HD>& st,
@@ -227,6 +227,7 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
   }
 }
 
+// The same from K rows of a 16-bit tile.
 template <typename T, int HD>
 __device__ __forceinline__ void ScoreTile(const uint8_t* ks, int tile_start, const uint32_t (&qf)[HD / 16][4],
                                           const Rows& rows, float scale_log2, bool mask, State<HD>& st,
@@ -762,14 +763,14 @@ void AllowSmem(Kernel kernel, int bytes, uint32_t* devices_done) {
   *devices_done |= bit;
 }
 
-template <typename T, int HD, int kWarps, bool kSplit, bool kPing>
+template <typename KV, int HD, int kWarps, bool kSplit, bool kPing>
 void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream) {
   using Geo = Geometry<HD>;
   constexpr int kSmem =
-      KVSmemBytes<HD, kWarps, kSplit, kPing, T>() + (kSplit ? 0 : Geo::kOutFloats * kWarps * 32 * 4);
+      KVSmemBytes<HD, kWarps, kSplit, kPing, KV>() + (kSplit ? 0 : Geo::kOutFloats * kWarps * 32 * 4);
   static uint32_t devices_done = 0;
-  AllowSmem(FlashAttentionKernel<T, HD, kWarps, kSplit, kPing>, kSmem, &devices_done);
-  FlashAttentionKernel<T, HD, kWarps, kSplit, kPing><<<grid, kWarps * 32, kSmem, stream>>>(a);
+  AllowSmem(FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing>, kSmem, &devices_done);
+  FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing><<<grid, kWarps * 32, kSmem, stream>>>(a);
   PAGODA_CUDA_CHECK_LAUNCH("FlashAttentionKernel");
 }
 
@@ -781,7 +782,7 @@ void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream) {
 // either way.
 bool UsePing(int64_t blocks) { return blocks > 3 * static_cast<int64_t>(SmCount()); }
 
-template <typename T, int HD>
+template <typename KV, int HD>
 void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
             int64_t num_items, float* scratch, cudaStream_t stream) {
   KernelArgs a;
@@ -802,9 +803,9 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
       a.tokens_per_warp = 1;
       const dim3 grid(static_cast<unsigned>(p.num_tokens), kv, static_cast<unsigned>(depth));
       if (UsePing(p.num_tokens * p.num_kv_heads * depth)) {
-        LaunchKernel<T, HD, 1, true, true>(a, grid, stream);
+        LaunchKernel<KV, HD, 1, true, true>(a, grid, stream);
       } else {
-        LaunchKernel<T, HD, 1, true, false>(a, grid, stream);
+        LaunchKernel<KV, HD, 1, true, false>(a, grid, stream);
       }
       if (depth > 1) {
         FlashMergeKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
@@ -816,14 +817,14 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
     case FlashShape::kNarrow:
       a.tokens_per_warp = 1;
       if (UsePing(p.num_tokens * p.num_kv_heads)) {
-        LaunchKernel<T, HD, 1, false, true>(a, dim3(static_cast<unsigned>(p.num_tokens), kv), stream);
+        LaunchKernel<KV, HD, 1, false, true>(a, dim3(static_cast<unsigned>(p.num_tokens), kv), stream);
       } else {
-        LaunchKernel<T, HD, 1, false, false>(a, dim3(static_cast<unsigned>(p.num_tokens), kv), stream);
+        LaunchKernel<KV, HD, 1, false, false>(a, dim3(static_cast<unsigned>(p.num_tokens), kv), stream);
       }
       return;
     case FlashShape::kWide:
       a.items = items;
-      LaunchKernel<T, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream);
+      LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream);
       return;
   }
 }
