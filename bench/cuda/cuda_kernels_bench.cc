@@ -189,7 +189,7 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
 // step. TFLOP/s counts 2 * B * H * S^2 * D (the causal half of the four products' work).
 // q, kv and out: [32768, 4096] device rows, filled once for every shape (batch * seq = 32768).
 void BenchPrefillAttention(CudaBackend& gpu, int64_t seq, int64_t dim, const TensorView& q, const TensorView& kv,
-                           const TensorView& out) {
+                           const TensorView& out, KVQuant quant = KVQuant::kNone) {
   const int64_t batch = std::max<int64_t>(1, 16384 / seq) * 2, heads = dim == 128 ? 32 : 64, block = 16;
   const int64_t blocks_per_seq = (seq + block - 1) / block;
   KVStorageShape shape;
@@ -199,6 +199,7 @@ void BenchPrefillAttention(CudaBackend& gpu, int64_t seq, int64_t dim, const Ten
   shape.num_kv_heads = heads;
   shape.head_dim = dim;
   shape.dtype = DType::kBF16;
+  shape.quant = quant;
   auto cache = gpu.CreateKVCache(shape);
   std::vector<std::vector<int32_t>> tables(batch);
   for (int64_t s = 0; s < batch; ++s) {
@@ -217,9 +218,10 @@ void BenchPrefillAttention(CudaBackend& gpu, int64_t seq, int64_t dim, const Ten
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
   const double t = Time(gpu, [&] { gpu.PagedAttention(*cache, 0, a, q, out); }, 2, 5);
   const double flops = 2.0 * batch * heads * seq * seq * dim;
-  std::printf("prefill-attn causal B=%lld H=%lld S=%lld D=%lld bf16  %9.1f us  %7.1f TFLOP/s\n",
+  std::printf("prefill-attn causal B=%lld H=%lld S=%lld D=%lld %s  %9.1f us  %7.1f TFLOP/s\n",
               static_cast<long long>(batch), static_cast<long long>(heads), static_cast<long long>(seq),
-              static_cast<long long>(dim), t * 1e6, flops / t / 1e12);
+              static_cast<long long>(dim), quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e6,
+              flops / t / 1e12);
 }
 
 void BenchPrefillAttentions(CudaBackend& gpu, bool quick) {
@@ -231,6 +233,9 @@ void BenchPrefillAttentions(CudaBackend& gpu, bool quick) {
       if (!quick || seq != 16384) BenchPrefillAttention(gpu, seq, dim, q, kv, out);
     }
   }
+  // The same prefill over fp8 and int8 caches (the rows written quantized, read raw and converted
+  // in the kernel), d128 at 4K tokens.
+  for (const KVQuant quant : {KVQuant::kFp8E4M3, KVQuant::kInt8}) BenchPrefillAttention(gpu, 4096, 128, q, kv, out, quant);
 }
 
 // A whole model on the GPU through Model::Forward: prefill of `input` tokens per sequence, then
