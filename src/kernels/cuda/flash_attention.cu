@@ -9,6 +9,8 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/flash_quant.cuh"
+#include "kernels/cuda/flash_tile.cuh"
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/launch_info.h"
 #include "kernels/cuda/mma.cuh"
@@ -17,261 +19,10 @@
 namespace pagoda::cuda {
 namespace {
 
-constexpr int kKeyTile = 64;        // keys per tile, at absolute positions [64j, 64j + 64)
+using namespace flash;  // the tile (flash_tile.cuh) and quantized rows (flash_quant.cuh)
+
 constexpr int kSegmentUnit = 256;   // FlashSegmentKeys's smallest segment
 constexpr int kWideWarps = 4;
-
-template <int HD>
-struct Geometry {
-  // A K or V row in shared memory, padded by 16 bytes: the rows an ldmatrix (or a quad's
-  // 32-bit reads) touches fall in different banks.
-  static constexpr int kRowBytes = HD * 2 + 16;
-  static constexpr int kTileBytes = kKeyTile * kRowBytes;
-  static constexpr int kStageBytes = 2 * kTileBytes;      // K and V
-  static constexpr int kPipelineBytes = 2 * kStageBytes;  // two stages
-  static constexpr int kDTiles = HD / 8;                  // n-tiles of O
-  static constexpr int kKSteps = HD / 16;                 // k-steps of Q K^T
-  static constexpr int kOutFloats = HD / 2;               // O values a thread holds (two rows)
-};
-
-// Quantized caches (fp8 e4m3/e5m2: d codes then an f32 scale; int8: d codes then f16 scales, one
-// per group of 8k values dividing d): a row lands raw, as whole 16-byte pieces from the one
-// holding its first byte (rows need not start 16-byte aligned: 132 bytes for fp8 at d 128), in
-// raw rows of RawGeometry::kRowBytes; the tile's 64 offsets of each row's first byte in its raw
-// row follow.
-//   int8: the tile is dequantized into the bf16 rows above (code x scale in f32, as the CPU
-//         codec dequantizes, rounded to bf16) and the products run as for a bf16 cache;
-//   fp8 (Fp8KRegs): K's B fragments are converted from the raw tile in registers (two codes to an
-//         exact f16 pair a register, Q rounded to f16; FlashAttention's f16 product) and each
-//         key's scale multiplies its scores; V's codes go to the bf16 tile unscaled (exact) and
-//         each key's scale multiplies P before P is rounded to bf16. Half the conversions of
-//         dequantizing both tiles (H200, batch 64, 8K tokens: 754 us against 930).
-template <typename Tag>
-struct Fp8KRegs {};
-template <typename KV>
-struct KVKind {
-  using Row = KV;  // the row format (or element type)
-  static constexpr bool kKRegs = false;
-};
-template <typename Tag>
-struct KVKind<Fp8KRegs<Tag>> {
-  using Row = Tag;
-  static constexpr bool kKRegs = true;
-};
-template <typename KV>
-inline constexpr bool kQuantKV = KVRowTraits<typename KVKind<KV>::Row>::kQuantized;
-template <typename KV>
-using MmaType = std::conditional_t<kQuantKV<KV>, __nv_bfloat16, KV>;
-template <typename KV, int HD>
-struct RawGeometry {
-  // The largest row (int8 with groups of 8: d / 4 bytes of scales) plus the most a row can start
-  // past a 16-byte boundary.
-  static constexpr int kRowBytes = std::is_same_v<KV, Int8Row> ? HD + HD / 4 + 16 : HD + 16;
-  static constexpr int kChunks = kRowBytes / 16;
-  static constexpr int kTileBytes = kKeyTile * kRowBytes + kKeyTile;  // rows, then their offsets
-  static_assert(kTileBytes % 16 == 0, "the buffers after a raw tile stay 16-byte aligned");
-};
-
-// A thread's two rows (g and g + 8 of its warp's 16): first and last key, keys per segment.
-struct Rows {
-  int first[2];
-  int pos[2];  // -1: a padding row
-  int seg[2];
-  bool valid[2];
-};
-
-// The online-softmax state of a thread's two rows for the current segment: O's accumulators in
-// the C layout (acc[dt][2h + j]: row h, column dt * 8 + 2q + j), the running max (log2 domain,
-// the same on the quad's four threads) and this thread's part of the running sum.
-template <int HD>
-struct State {
-  float acc[HD / 8][4];
-  float m[2];
-  float l[2];
-  __device__ void Reset(int h) {
-#pragma unroll
-    for (int dt = 0; dt < HD / 8; ++dt) acc[dt][2 * h] = acc[dt][2 * h + 1] = 0.0f;
-    m[h] = -INFINITY;
-    l[h] = 0.0f;
-  }
-};
-
-__device__ __forceinline__ float QuadMax(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-// The same bits on the quad's four threads (each addition is commutative).
-__device__ __forceinline__ float QuadSum(float x) {
-  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-
-// Merging a segment (m, l, o) into the result so far (M, L, O): the factors for both sides, then
-// X <- X a + x b for O's values and L, with explicit roundings. The split shape's merge kernel
-// and the walking shapes run these same functions.
-struct MergeScales {
-  float a, b, m;
-};
-__device__ __forceinline__ MergeScales ScalesFor(float M, float m) {
-  const float m_new = fmaxf(M, m);
-  return {Exp2(__fsub_rn(M, m_new)), Exp2(__fsub_rn(m, m_new)), m_new};
-}
-__device__ __forceinline__ float Blend(float X, float x, MergeScales s) {
-  return __fadd_rn(__fmul_rn(X, s.a), __fmul_rn(x, s.b));
-}
-
-// K's B fragments from 16-bit rows in shared memory (kRowBytes apart).
-template <int HD>
-struct TileK {
-  const uint8_t* ks;
-  __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const uint8_t* row = ks + (n * 8 + g) * Geometry<HD>::kRowBytes + kk * 32 + q * 4;
-    b[0] = *reinterpret_cast<const uint32_t*>(row);
-    b[1] = *reinterpret_cast<const uint32_t*>(row + 16);
-  }
-  __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
-};
-
-// K's B fragments from a raw fp8 tile (RawGeometry): two codes converted to an f16 pair a
-// register (exact), each key's row scale applied to its scores.
-template <typename Tag, int HD>
-struct RawFp8K {
-  const uint8_t* raw;
-  using Raw = RawGeometry<Tag, HD>;
-  __device__ __forceinline__ const uint8_t* Row(int r) const {
-    return raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r];
-  }
-  __device__ __forceinline__ static uint32_t Cvt(uint16_t codes) {
-    constexpr __nv_fp8_interpretation_t kInterp = std::is_same_v<Tag, Fp8E4M3Row> ? __NV_E4M3 : __NV_E5M2;
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), kInterp);
-    return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
-  }
-  __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const uint8_t* row = Row(n * 8 + g) + kk * 16 + q * 2;
-    b[0] = Cvt(*reinterpret_cast<const uint16_t*>(row));
-    b[1] = Cvt(*reinterpret_cast<const uint16_t*>(row + 8));
-  }
-  __device__ __forceinline__ float Scale(float x, int n, int j) const {
-    return __fmul_rn(x, *reinterpret_cast<const float*>(Row(n * 8 + 2 * (threadIdx.x & 3) + j) + HD));
-  }
-};
-
-// The first half of a tile of 64 keys (K's fragments from `kf`, the keys from absolute key
-// `tile_start`) for the warp's 16 rows: s = P = 2^(S - m), the state's max and sum updated and O
-// rescaled. `mask`: some row of the warp has keys of this tile outside its window.
-template <typename T, int HD, class KFrag>
-__device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, const uint32_t (&qf)[HD / 16][4],
-                                              const Rows& rows, float scale_log2, bool mask, State<HD>& st,
-                                              float (&s)[8][4]) {
-  using Geo = Geometry<HD>;
-  const int lane = threadIdx.x & 31, q = lane & 3;
-  // S = Q K^T: eight n-tiles of 8 keys.
-#pragma unroll
-  for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-  for (int kk = 0; kk < Geo::kKSteps; ++kk) {
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      uint32_t b[2];
-      kf.Load(n, kk, b);
-      Mma<T>(s[n], qf[kk], b);
-    }
-  }
-  // Scores in the log2 domain (a quantized K's row scales first), masked; the rows' new maxima.
-  float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int h = i >> 1;
-      float v = __fmul_rn(kf.Scale(s[n][i], n, i & 1), scale_log2);
-      if (mask) {
-        const int key = tile_start + n * 8 + 2 * q + (i & 1);
-        if (key < rows.first[h] || key > rows.pos[h]) v = -INFINITY;
-      }
-      s[n][i] = v;
-      mx[h] = fmaxf(mx[h], v);
-    }
-  }
-  float corr[2], base[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float m_old = st.m[h];
-    const float m_new = fmaxf(m_old, QuadMax(mx[h]));
-    corr[h] = m_old == m_new ? 1.0f : m_old == -INFINITY ? 0.0f : Exp2(__fsub_rn(m_old, m_new));
-    base[h] = m_new == -INFINITY ? 0.0f : m_new;
-    st.m[h] = m_new;
-  }
-  // P = 2^(S - m); this thread's part of the row sums, in a fixed order.
-  float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int h = i >> 1;
-      const float p = Exp2(__fsub_rn(s[n][i], base[h]));
-      s[n][i] = p;
-      sum[h] = __fadd_rn(sum[h], p);
-    }
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) st.l[h] = __fadd_rn(__fmul_rn(st.l[h], corr[h]), sum[h]);
-#pragma unroll
-  for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-    st.acc[dt][0] = __fmul_rn(st.acc[dt][0], corr[0]);
-    st.acc[dt][1] = __fmul_rn(st.acc[dt][1], corr[0]);
-    st.acc[dt][2] = __fmul_rn(st.acc[dt][2], corr[1]);
-    st.acc[dt][3] = __fmul_rn(st.acc[dt][3], corr[1]);
-  }
-}
-
-// The same from K rows of a 16-bit tile.
-template <typename T, int HD>
-__device__ __forceinline__ void ScoreTile(const uint8_t* ks, int tile_start, const uint32_t (&qf)[HD / 16][4],
-                                          const Rows& rows, float scale_log2, bool mask, State<HD>& st,
-                                          float (&s)[8][4]) {
-  ScoreTileFrom<T, HD>(TileK<HD>{ks}, tile_start, qf, rows, scale_log2, mask, st, s);
-}
-
-// The second half: O += P V (V rows in shared memory). P's C fragments are the A fragments of
-// the second product (16 keys a k-step). v_scale (when given): the tile's 64 key scales of a
-// quantized V whose rows hold its codes, multiplied into P before it is rounded.
-template <typename T, int HD>
-__device__ __forceinline__ void AddValues(const uint8_t* vs, const float (&s)[8][4], State<HD>& st,
-                                          const float* v_scale = nullptr) {
-  using Geo = Geometry<HD>;
-  const int lane = threadIdx.x & 31;
-  auto p = [&](int n, int i) {
-    return v_scale == nullptr ? s[n][i] : __fmul_rn(s[n][i], v_scale[n * 8 + 2 * (lane & 3) + (i & 1)]);
-  };
-#pragma unroll
-  for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-    const uint32_t a[4] = {PackPair<T>(p(2 * kk, 0), p(2 * kk, 1)), PackPair<T>(p(2 * kk, 2), p(2 * kk, 3)),
-                           PackPair<T>(p(2 * kk + 1, 0), p(2 * kk + 1, 1)),
-                           PackPair<T>(p(2 * kk + 1, 2), p(2 * kk + 1, 3))};
-    const int key_row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-    const uint32_t base_addr = SmemAddr(vs + key_row * Geo::kRowBytes + (lane >> 4) * 16);
-#pragma unroll
-    for (int dp = 0; dp < HD / 16; ++dp) {
-      uint32_t b0[2], b1[2];
-      LdMatrixX4Trans(base_addr + dp * 32, b0[0], b0[1], b1[0], b1[1]);
-      Mma<T>(st.acc[2 * dp], a, b0);
-      Mma<T>(st.acc[2 * dp + 1], a, b1);
-    }
-  }
-}
-
-// One tile of 64 keys, both halves.
-template <typename T, int HD>
-__device__ __forceinline__ void AttendTile(const uint8_t* ks, const uint8_t* vs, int tile_start,
-                                           const uint32_t (&qf)[HD / 16][4], const Rows& rows, float scale_log2,
-                                           bool mask, State<HD>& st) {
-  float s[8][4];
-  ScoreTile<T, HD>(ks, tile_start, qf, rows, scale_log2, mask, st, s);
-  AddValues<T, HD>(vs, s, st);
-}
 
 struct KernelArgs {
   PagedAttentionParams p;
@@ -283,45 +34,6 @@ struct KernelArgs {
   int k_row_bytes, v_row_bytes;  // a (token, KV head) row of the cache
   int k_scale_group, v_scale_group;  // int8: values per scale
 };
-
-// A raw tile (RawGeometry) into the bf16 rows of `tile`, 8 values a thread at a time. int8: code
-// x its group's scale in f32 (DequantizeRun's products), rounded to bf16. fp8: the codes alone
-// (exact in bf16), each row's scale to row_scales[r] (multiplied into P). fp8 rows start 4-byte
-// aligned in shared memory (d + 4 bytes a row), int8 rows 2-byte aligned.
-template <typename Row, int HD, int kThreads>
-__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile, int scale_group,
-                                               float* row_scales) {
-  using Raw = RawGeometry<Row, HD>;
-  constexpr int kRuns = HD / 8;
-  for (int u = threadIdx.x; u < kKeyTile * kRuns; u += kThreads) {
-    const int r = u / kRuns, i = (u % kRuns) * 8;
-    const uint8_t* row = raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r];
-    uint32_t out[4];
-    if constexpr (std::is_same_v<Row, Int8Row>) {
-      const float s = __half2float(*reinterpret_cast<const __half*>(row + HD + 2 * (i / scale_group)));
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t w = *reinterpret_cast<const uint16_t*>(row + i + 2 * j);
-        out[j] = PackPair<__nv_bfloat16>(__fmul_rn(static_cast<float>(static_cast<int8_t>(w & 0xff)), s),
-                                         __fmul_rn(static_cast<float>(static_cast<int8_t>(w >> 8)), s));
-      }
-    } else {
-      constexpr __nv_fp8_interpretation_t kInterp = std::is_same_v<Row, Fp8E4M3Row> ? __NV_E4M3 : __NV_E5M2;
-      if (i == 0) row_scales[r] = *reinterpret_cast<const float*>(row + HD);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const uint32_t w = *reinterpret_cast<const uint32_t*>(row + i + 4 * j);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const __half2 pair(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * h)), kInterp));
-          const float2 f = __half22float2(pair);
-          out[2 * j + h] = PackPair<__nv_bfloat16>(f.x, f.y);
-        }
-      }
-    }
-    *reinterpret_cast<uint4*>(tile + r * Geometry<HD>::kRowBytes + i * 2) = make_uint4(out[0], out[1], out[2], out[3]);
-  }
-}
 
 __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int pos) {
   return p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? static_cast<int>(pos - p.sliding_window + 1) : 0;
@@ -501,11 +213,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   };
   auto load_raw_k = [&](uint8_t* dst, int j) { load_raw(dst, k_base, k_slot_bytes, k_row_bytes, j); };
   auto load_raw_v = [&](uint8_t* dst, int j) { load_raw(dst, v_base, v_slot_bytes, v_row_bytes, j); };
-  // Tile j's keys into `stage` (two stages); its K or V alone (the ping buffers).
-  auto load_tile = [&](int stage, int j) {
-    uint8_t* ks = smem + stage * Geo::kStageBytes;
-    load_rows.template operator()<true, true>(ks, ks + Geo::kTileBytes, j);
-  };
+  // Tile j's K or V alone (the ping buffers).
   auto load_k = [&](uint8_t* ks, int j) { load_rows.template operator()<true, false>(ks, nullptr, j); };
   auto load_v = [&](uint8_t* vs, int j) { load_rows.template operator()<false, true>(nullptr, vs, j); };
   auto barrier = [] {
@@ -568,86 +276,31 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       }
     }
   };
-  if constexpr (kQuant && kPing) {
-    // Raw K and V buffers and one bf16 tile: K of the next tile loads once this one's K is
-    // converted (int8) or scored (fp8), V once its codes are in the tile.
-    uint8_t* rk = smem;
-    uint8_t* rv = smem + Raw::kTileBytes;
+  if constexpr (kPing) {
+    // One K and one V buffer (quantized caches: raw rows, and one bf16 tile they are converted
+    // into; fp8 also keeps V's scales): K of the next tile loads once this one's K is scored
+    // (int8: converted), V once this one's V is used (quantized: converted).
+    uint8_t* kb = smem;
+    uint8_t* vb = smem + (kQuant ? Raw::kTileBytes : Geo::kTileBytes);
     uint8_t* tile = smem + 2 * Raw::kTileBytes;
     float* v_scale = kKRegs ? reinterpret_cast<float*>(tile + Geo::kTileBytes) : nullptr;
-    load_raw_k(rk, tile_lo);
-    CpAsyncCommit();
-    load_raw_v(rv, tile_lo);
-    CpAsyncCommit();
-    for (int j = tile_lo; j <= tile_hi; ++j) {
-      const int tile_start = j * kKeyTile;
-      const bool active = tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo;
-      const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
-      float s[8][4];
-      CpAsyncWait<1>();  // K of tile j
-      barrier();
-      if constexpr (kKRegs) {
-        if (active) ScoreTileFrom<TQ, HD>(RawFp8K<Row, HD>{rk}, tile_start, qf, rows, a.scale_log2, mask, st, s);
+    auto load_kb = [&](int j) {
+      if constexpr (kQuant) {
+        load_raw_k(kb, j);
       } else {
-        DequantizeTile<Row, HD, kThreads>(rk, tile, a.k_scale_group, nullptr);
+        load_k(kb, j);
       }
-      barrier();
-      if (j < tile_hi) load_raw_k(rk, j + 1);
-      CpAsyncCommit();
-      if constexpr (!kKRegs) {
-        if (active) ScoreTile<T, HD>(tile, tile_start, qf, rows, a.scale_log2, mask, st, s);
-      }
-      CpAsyncWait<1>();  // V of tile j
-      barrier();         // (and the scores have read K)
-      DequantizeTile<Row, HD, kThreads>(rv, tile, a.v_scale_group, v_scale);
-      barrier();
-      if (j < tile_hi) load_raw_v(rv, j + 1);
-      CpAsyncCommit();
-      if (active) AddValues<T, HD>(tile, s, st, v_scale);
-      barrier();
-      end_tile(j);
-    }
-  } else if constexpr (kQuant) {
-    // Two raw stages (K and V); bf16 K and V tiles (int8), or V's codes and scales (fp8).
-    uint8_t* kt = smem + 4 * Raw::kTileBytes;
-    uint8_t* vt = kKRegs ? kt : kt + Geo::kTileBytes;
-    float* v_scale = kKRegs ? reinterpret_cast<float*>(vt + Geo::kTileBytes) : nullptr;
-    auto load_stage = [&](int stage, int j) {
-      uint8_t* r = smem + stage * 2 * Raw::kTileBytes;
-      load_raw_k(r, j);
-      load_raw_v(r + Raw::kTileBytes, j);
     };
-    load_stage(0, tile_lo);
-    CpAsyncCommit();
-    for (int j = tile_lo; j <= tile_hi; ++j) {
-      if (j < tile_hi) load_stage((j + 1 - tile_lo) & 1, j + 1);
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-      barrier();
-      const uint8_t* r = smem + ((j - tile_lo) & 1) * 2 * Raw::kTileBytes;
-      if constexpr (!kKRegs) DequantizeTile<Row, HD, kThreads>(r, kt, a.k_scale_group, nullptr);
-      DequantizeTile<Row, HD, kThreads>(r + Raw::kTileBytes, vt, a.v_scale_group, v_scale);
-      barrier();
-      const int tile_start = j * kKeyTile;
-      if (tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo) {
-        const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
-        float s[8][4];
-        if constexpr (kKRegs) {
-          ScoreTileFrom<TQ, HD>(RawFp8K<Row, HD>{r}, tile_start, qf, rows, a.scale_log2, mask, st, s);
-        } else {
-          ScoreTile<T, HD>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);
-        }
-        AddValues<T, HD>(vt, s, st, v_scale);
+    auto load_vb = [&](int j) {
+      if constexpr (kQuant) {
+        load_raw_v(vb, j);
+      } else {
+        load_v(vb, j);
       }
-      barrier();  // the tiles and the raw stage are read before they are overwritten
-      end_tile(j);
-    }
-  } else if constexpr (kPing) {
-    uint8_t* ks = smem;
-    uint8_t* vs = smem + Geo::kTileBytes;
-    load_k(ks, tile_lo);
+    };
+    load_kb(tile_lo);
     CpAsyncCommit();
-    load_v(vs, tile_lo);
+    load_vb(tile_lo);
     CpAsyncCommit();
     for (int j = tile_lo; j <= tile_hi; ++j) {
       const int tile_start = j * kKeyTile;
@@ -656,33 +309,82 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       float s[8][4];
       CpAsyncWait<1>();  // K of tile j (V of tile j may still be in flight)
       barrier();
-      if (active) ScoreTile<T, HD>(ks, tile_start, qf, rows, a.scale_log2, mask, st, s);
+      if constexpr (kKRegs) {
+        if (active) ScoreTileFrom<TQ, HD>(RawFp8K<Row, HD>{kb}, tile_start, qf, rows, a.scale_log2, mask, st, s);
+      } else if constexpr (kQuant) {
+        DequantizeTile<Row, HD, kThreads>(kb, tile, a.k_scale_group, nullptr);
+      } else {
+        if (active) ScoreTile<T, HD>(kb, tile_start, qf, rows, a.scale_log2, mask, st, s);
+      }
       barrier();  // K read: the next tile's K may overwrite it
-      if (j < tile_hi) load_k(ks, j + 1);
+      if (j < tile_hi) load_kb(j + 1);
       CpAsyncCommit();
+      if constexpr (kQuant && !kKRegs) {
+        if (active) ScoreTile<T, HD>(tile, tile_start, qf, rows, a.scale_log2, mask, st, s);
+      }
       CpAsyncWait<1>();  // V of tile j
-      barrier();
-      if (active) AddValues<T, HD>(vs, s, st);
-      barrier();
-      if (j < tile_hi) load_v(vs, j + 1);
-      CpAsyncCommit();
+      barrier();         // (and the scores have read the tile)
+      if constexpr (kQuant) {
+        DequantizeTile<Row, HD, kThreads>(vb, tile, a.v_scale_group, v_scale);
+        barrier();
+        if (j < tile_hi) load_vb(j + 1);
+        CpAsyncCommit();
+        if (active) AddValues<T, HD>(tile, s, st, v_scale);
+        barrier();
+      } else {
+        if (active) AddValues<T, HD>(vb, s, st);
+        barrier();
+        if (j < tile_hi) load_vb(j + 1);
+        CpAsyncCommit();
+      }
       end_tile(j);
     }
   } else {
-    load_tile(0, tile_lo);
+    // Two stages of K and V (quantized caches: raw rows, then the bf16 tiles they are converted
+    // into, K and V for int8, V and its scales for fp8).
+    constexpr int kStage = kQuant ? 2 * Raw::kTileBytes : Geo::kStageBytes;
+    uint8_t* kt = smem + 2 * kStage;
+    uint8_t* vt = kKRegs ? kt : kt + Geo::kTileBytes;
+    float* v_scale = kKRegs ? reinterpret_cast<float*>(vt + Geo::kTileBytes) : nullptr;
+    auto load_stage = [&](int stage, int j) {
+      uint8_t* r = smem + stage * kStage;
+      if constexpr (kQuant) {
+        load_raw_k(r, j);
+        load_raw_v(r + Raw::kTileBytes, j);
+      } else {
+        load_rows.template operator()<true, true>(r, r + Geo::kTileBytes, j);
+      }
+    };
+    load_stage(0, tile_lo);
     CpAsyncCommit();
     for (int j = tile_lo; j <= tile_hi; ++j) {
-      if (j < tile_hi) load_tile((j + 1 - tile_lo) & 1, j + 1);
+      if (j < tile_hi) load_stage((j + 1 - tile_lo) & 1, j + 1);
       CpAsyncCommit();
       CpAsyncWait<1>();
       barrier();
+      if constexpr (kQuant) {
+        const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
+        if constexpr (!kKRegs) DequantizeTile<Row, HD, kThreads>(r, kt, a.k_scale_group, nullptr);
+        DequantizeTile<Row, HD, kThreads>(r + Raw::kTileBytes, vt, a.v_scale_group, v_scale);
+        barrier();
+      }
       const int tile_start = j * kKeyTile;
       if (tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo) {
-        const uint8_t* ks = smem + ((j - tile_lo) & 1) * Geo::kStageBytes;
+        const uint8_t* ks = smem + ((j - tile_lo) & 1) * kStage;
         const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
-        AttendTile<T, HD>(ks, ks + Geo::kTileBytes, tile_start, qf, rows, a.scale_log2, mask, st);
+        if constexpr (kQuant) {
+          float s[8][4];
+          if constexpr (kKRegs) {
+            ScoreTileFrom<TQ, HD>(RawFp8K<Row, HD>{ks}, tile_start, qf, rows, a.scale_log2, mask, st, s);
+          } else {
+            ScoreTile<T, HD>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);
+          }
+          AddValues<T, HD>(vt, s, st, v_scale);
+        } else {
+          AttendTile<T, HD>(ks, ks + Geo::kTileBytes, tile_start, qf, rows, a.scale_log2, mask, st);
+        }
       }
-      barrier();  // the stage is read before the tile after next overwrites it
+      barrier();  // the stage (and tiles) are read before the tile after next overwrites them
       end_tile(j);
     }
   }

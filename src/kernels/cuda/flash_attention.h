@@ -1,6 +1,6 @@
 // Paged attention on tensor cores: FlashAttention-2-style tiles (mma.sync m16n8k16) over a
 // bf16 or f16 KV cache, or an fp8 (e4m3, e5m2) or int8 one (rows copied raw and converted in
-// shared memory and registers: flash_attention.cu, RawGeometry), for head dims 64 and 128, up
+// shared memory and registers: flash_quant.cuh), for head dims 64 and 128, up
 // to 16 query heads per KV head and power-of-two block sizes; the contract of
 // kernels/params/attention_params.h (the grouped SIMT kernel in paged_attention.cu serves the
 // other shapes, f32 caches and int8 groups that are not 8k values dividing the head dim).

@@ -1,0 +1,208 @@
+// FlashAttention's tile of 64 keys on tensor cores (mma.sync m16n8k16), shared by its launch
+// shapes (flash_attention.cu): the shared-memory geometry, a thread's rows and online-softmax
+// state, the segment merge's roundings, and the two products of a tile: S = Q K^T with the
+// softmax (K's fragments from a 16-bit tile or from a source such as RawFp8K) and O += P V.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/mma.cuh"
+
+namespace pagoda::cuda::flash {
+
+inline constexpr int kKeyTile = 64;  // keys per tile, at absolute positions [64j, 64j + 64)
+
+template <int HD>
+struct Geometry {
+  // A K or V row in shared memory, padded by 16 bytes: the rows an ldmatrix (or a quad's
+  // 32-bit reads) touches fall in different banks.
+  static constexpr int kRowBytes = HD * 2 + 16;
+  static constexpr int kTileBytes = kKeyTile * kRowBytes;
+  static constexpr int kStageBytes = 2 * kTileBytes;      // K and V
+  static constexpr int kPipelineBytes = 2 * kStageBytes;  // two stages
+  static constexpr int kDTiles = HD / 8;                  // n-tiles of O
+  static constexpr int kKSteps = HD / 16;                 // k-steps of Q K^T
+  static constexpr int kOutFloats = HD / 2;               // O values a thread holds (two rows)
+};
+
+// A thread's two rows (g and g + 8 of its warp's 16): first and last key, keys per segment.
+struct Rows {
+  int first[2];
+  int pos[2];  // -1: a padding row
+  int seg[2];
+  bool valid[2];
+};
+
+// The online-softmax state of a thread's two rows for the current segment: O's accumulators in
+// the C layout (acc[dt][2h + j]: row h, column dt * 8 + 2q + j), the running max (log2 domain,
+// the same on the quad's four threads) and this thread's part of the running sum.
+template <int HD>
+struct State {
+  float acc[HD / 8][4];
+  float m[2];
+  float l[2];
+  __device__ void Reset(int h) {
+#pragma unroll
+    for (int dt = 0; dt < HD / 8; ++dt) acc[dt][2 * h] = acc[dt][2 * h + 1] = 0.0f;
+    m[h] = -INFINITY;
+    l[h] = 0.0f;
+  }
+};
+
+__device__ __forceinline__ float QuadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+// The same bits on the quad's four threads (each addition is commutative).
+__device__ __forceinline__ float QuadSum(float x) {
+  x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+// Merging a segment (m, l, o) into the result so far (M, L, O): the factors for both sides, then
+// X <- X a + x b for O's values and L, with explicit roundings. The split shape's merge kernel
+// and the walking shapes run these same functions.
+struct MergeScales {
+  float a, b, m;
+};
+__device__ __forceinline__ MergeScales ScalesFor(float M, float m) {
+  const float m_new = fmaxf(M, m);
+  return {Exp2(__fsub_rn(M, m_new)), Exp2(__fsub_rn(m, m_new)), m_new};
+}
+__device__ __forceinline__ float Blend(float X, float x, MergeScales s) {
+  return __fadd_rn(__fmul_rn(X, s.a), __fmul_rn(x, s.b));
+}
+
+// K's B fragments from 16-bit rows in shared memory (kRowBytes apart).
+template <int HD>
+struct TileK {
+  const uint8_t* ks;
+  __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const uint8_t* row = ks + (n * 8 + g) * Geometry<HD>::kRowBytes + kk * 32 + q * 4;
+    b[0] = *reinterpret_cast<const uint32_t*>(row);
+    b[1] = *reinterpret_cast<const uint32_t*>(row + 16);
+  }
+  __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
+};
+
+// The first half of a tile of 64 keys (K's fragments from `kf`, the keys from absolute key
+// `tile_start`) for the warp's 16 rows: s = P = 2^(S - m), the state's max and sum updated and O
+// rescaled. `mask`: some row of the warp has keys of this tile outside its window.
+template <typename T, int HD, class KFrag>
+__device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, const uint32_t (&qf)[HD / 16][4],
+                                              const Rows& rows, float scale_log2, bool mask, State<HD>& st,
+                                              float (&s)[8][4]) {
+  using Geo = Geometry<HD>;
+  const int lane = threadIdx.x & 31, q = lane & 3;
+  // S = Q K^T: eight n-tiles of 8 keys.
+#pragma unroll
+  for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < Geo::kKSteps; ++kk) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      uint32_t b[2];
+      kf.Load(n, kk, b);
+      Mma<T>(s[n], qf[kk], b);
+    }
+  }
+  // Scores in the log2 domain (a quantized K's row scales first), masked; the rows' new maxima.
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int h = i >> 1;
+      float v = __fmul_rn(kf.Scale(s[n][i], n, i & 1), scale_log2);
+      if (mask) {
+        const int key = tile_start + n * 8 + 2 * q + (i & 1);
+        if (key < rows.first[h] || key > rows.pos[h]) v = -INFINITY;
+      }
+      s[n][i] = v;
+      mx[h] = fmaxf(mx[h], v);
+    }
+  }
+  float corr[2], base[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_old = st.m[h];
+    const float m_new = fmaxf(m_old, QuadMax(mx[h]));
+    corr[h] = m_old == m_new ? 1.0f : m_old == -INFINITY ? 0.0f : Exp2(__fsub_rn(m_old, m_new));
+    base[h] = m_new == -INFINITY ? 0.0f : m_new;
+    st.m[h] = m_new;
+  }
+  // P = 2^(S - m); this thread's part of the row sums, in a fixed order.
+  float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int h = i >> 1;
+      const float p = Exp2(__fsub_rn(s[n][i], base[h]));
+      s[n][i] = p;
+      sum[h] = __fadd_rn(sum[h], p);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) st.l[h] = __fadd_rn(__fmul_rn(st.l[h], corr[h]), sum[h]);
+#pragma unroll
+  for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+    st.acc[dt][0] = __fmul_rn(st.acc[dt][0], corr[0]);
+    st.acc[dt][1] = __fmul_rn(st.acc[dt][1], corr[0]);
+    st.acc[dt][2] = __fmul_rn(st.acc[dt][2], corr[1]);
+    st.acc[dt][3] = __fmul_rn(st.acc[dt][3], corr[1]);
+  }
+}
+
+// The same from K rows of a 16-bit tile.
+template <typename T, int HD>
+__device__ __forceinline__ void ScoreTile(const uint8_t* ks, int tile_start, const uint32_t (&qf)[HD / 16][4],
+                                          const Rows& rows, float scale_log2, bool mask, State<HD>& st,
+                                          float (&s)[8][4]) {
+  ScoreTileFrom<T, HD>(TileK<HD>{ks}, tile_start, qf, rows, scale_log2, mask, st, s);
+}
+
+// The second half: O += P V (V rows in shared memory). P's C fragments are the A fragments of
+// the second product (16 keys a k-step). v_scale (when given): the tile's 64 key scales of a
+// quantized V whose rows hold its codes, multiplied into P before it is rounded.
+template <typename T, int HD>
+__device__ __forceinline__ void AddValues(const uint8_t* vs, const float (&s)[8][4], State<HD>& st,
+                                          const float* v_scale = nullptr) {
+  using Geo = Geometry<HD>;
+  const int lane = threadIdx.x & 31;
+  auto p = [&](int n, int i) {
+    return v_scale == nullptr ? s[n][i] : __fmul_rn(s[n][i], v_scale[n * 8 + 2 * (lane & 3) + (i & 1)]);
+  };
+#pragma unroll
+  for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+    const uint32_t a[4] = {PackPair<T>(p(2 * kk, 0), p(2 * kk, 1)), PackPair<T>(p(2 * kk, 2), p(2 * kk, 3)),
+                           PackPair<T>(p(2 * kk + 1, 0), p(2 * kk + 1, 1)),
+                           PackPair<T>(p(2 * kk + 1, 2), p(2 * kk + 1, 3))};
+    const int key_row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+    const uint32_t base_addr = SmemAddr(vs + key_row * Geo::kRowBytes + (lane >> 4) * 16);
+#pragma unroll
+    for (int dp = 0; dp < HD / 16; ++dp) {
+      uint32_t b0[2], b1[2];
+      LdMatrixX4Trans(base_addr + dp * 32, b0[0], b0[1], b1[0], b1[1]);
+      Mma<T>(st.acc[2 * dp], a, b0);
+      Mma<T>(st.acc[2 * dp + 1], a, b1);
+    }
+  }
+}
+
+// One tile of 64 keys, both halves.
+template <typename T, int HD>
+__device__ __forceinline__ void AttendTile(const uint8_t* ks, const uint8_t* vs, int tile_start,
+                                           const uint32_t (&qf)[HD / 16][4], const Rows& rows, float scale_log2,
+                                           bool mask, State<HD>& st) {
+  float s[8][4];
+  ScoreTile<T, HD>(ks, tile_start, qf, rows, scale_log2, mask, st, s);
+  AddValues<T, HD>(vs, s, st);
+}
+
+}  // namespace pagoda::cuda::flash
