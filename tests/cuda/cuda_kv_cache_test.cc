@@ -22,8 +22,8 @@ namespace {
 
 // The device quantizes K/V rows to the CPU codec's bytes exactly (kv/kv_codec.h): fp8 e4m3 and
 // e5m2 with per-token scales and with a checkpoint scale (values beyond it saturate), int8 with
-// groups of 32 and 12; rows of ordinary values, zeros, one huge outlier and tiny values; a
-// skipped layer stays bf16.
+// groups of 32 and 12, int4 with groups of 32 and 8; rows of ordinary values, zeros, one huge
+// outlier and tiny values; a skipped layer stays bf16.
 TEST_F(CudaOpsTest, QuantizedKVWritesTheCpuBytes) {
   const int64_t bs = 16, kv_heads = 2, hd = 64, n = 2 * bs;
   struct Case {
@@ -33,7 +33,8 @@ TEST_F(CudaOpsTest, QuantizedKVWritesTheCpuBytes) {
   };
   for (const Case& q : {Case{KVQuant::kFp8E4M3, 32, 0.0f}, Case{KVQuant::kFp8E5M2, 32, 0.0f},
                         Case{KVQuant::kFp8E4M3, 32, 0.01f}, Case{KVQuant::kInt8, 32, 0.0f},
-                        Case{KVQuant::kInt8, 12, 0.0f}}) {
+                        Case{KVQuant::kInt8, 12, 0.0f}, Case{KVQuant::kInt4, 32, 0.0f},
+                        Case{KVQuant::kInt4, 8, 0.0f}}) {
     SCOPED_TRACE(std::string(KVQuantName(q.quant)) + " group " + std::to_string(q.group) + " scale " +
                  std::to_string(q.tensor_scale));
     KVStorageShape shape = CacheShape(2, 3, bs, kv_heads, hd, DType::kBF16);
@@ -108,9 +109,13 @@ TEST_F(CudaOpsTest, RefusesUnsupportedKVFormatsAndPoliciesByName) {
   mla_fp8.quant = KVQuant::kFp8E4M3;
   mla_fp8.quantize_v = false;
   EXPECT_NE(refused(mla_fp8).find("MLA"), std::string::npos);
-  KVStorageShape int4 = shape;
-  int4.quant = KVQuant::kInt4;
-  EXPECT_NE(refused(int4).find("int4"), std::string::npos);
+  KVStorageShape nvfp4 = shape;
+  nvfp4.quant = KVQuant::kNvfp4;
+  EXPECT_NE(refused(nvfp4).find("nvfp4"), std::string::npos);
+  KVStorageShape int4_g12 = shape;  // int4 groups FlashAttention does not take
+  int4_g12.quant = KVQuant::kInt4;
+  int4_g12.group_size = 12;
+  EXPECT_NE(refused(int4_g12).find("int4"), std::string::npos);
   KVStorageShape sink = shape;
   sink.sink_tokens = 4;
   EXPECT_NE(refused(sink).find("--kv-sink-tokens"), std::string::npos);
@@ -118,7 +123,7 @@ TEST_F(CudaOpsTest, RefusesUnsupportedKVFormatsAndPoliciesByName) {
   heavy.heavy_tokens = 2;
   EXPECT_NE(refused(heavy).find("--kv-heavy-tokens"), std::string::npos);
   EXPECT_NO_THROW(gpu_->CreateKVCache(shape));
-  for (const KVQuant q : {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8}) {
+  for (const KVQuant q : {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4}) {
     KVStorageShape s = shape;
     s.quant = q;
     s.wide_layers = {0};

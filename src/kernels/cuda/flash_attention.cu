@@ -545,6 +545,7 @@ bool FlashAttentionSupports(const PagedAttentionParams& p) {
     case KVQuant::kFp8E5M2:
       break;
     case KVQuant::kInt8:  // scale groups of 8k values that divide the head dim
+    case KVQuant::kInt4:
       for (const KVArrayFormat* f : {&p.k_format, &p.v_format}) {
         const int64_t g = std::min(f->group, p.head_dim);
         if (g <= 0 || g % 8 != 0 || p.head_dim % g != 0) return false;
@@ -610,6 +611,7 @@ void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max
     case KVQuant::kFp8E4M3: return run.template operator()<Fp8KRegs<Fp8E4M3Row>>();
     case KVQuant::kFp8E5M2: return run.template operator()<Fp8KRegs<Fp8E5M2Row>>();
     case KVQuant::kInt8: return run.template operator()<Int8Row>();
+    case KVQuant::kInt4: return run.template operator()<Int4Row>();
     default:
       if (p.kv_dtype == DType::kBF16) return run.template operator()<__nv_bfloat16>();
       return run.template operator()<__half>();

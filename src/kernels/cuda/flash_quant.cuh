@@ -47,7 +47,9 @@ template <typename KV, int HD>
 struct RawGeometry {
   // The largest row (int8 with groups of 8: d / 4 bytes of scales) plus the most a row can start
   // past a 16-byte boundary.
-  static constexpr int kRowBytes = std::is_same_v<KV, Int8Row> ? HD + HD / 4 + 16 : HD + 16;
+  static constexpr int kRowBytes = std::is_same_v<KV, Int8Row>   ? HD + HD / 4 + 16
+                                   : std::is_same_v<KV, Int4Row> ? HD / 2 + HD / 4 + 16
+                                                                 : HD + 16;
   static constexpr int kChunks = kRowBytes / 16;
   static constexpr int kTileBytes = kKeyTile * kRowBytes + kKeyTile;  // rows, then their offsets
   static_assert(kTileBytes % 16 == 0, "the buffers after a raw tile stay 16-byte aligned");
@@ -98,6 +100,18 @@ __device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile
         const uint32_t w = *reinterpret_cast<const uint16_t*>(row + i + 2 * j);
         out[j] = PackPair<__nv_bfloat16>(__fmul_rn(static_cast<float>(static_cast<int8_t>(w & 0xff)), s),
                                          __fmul_rn(static_cast<float>(static_cast<int8_t>(w >> 8)), s));
+      }
+    } else if constexpr (std::is_same_v<Row, Int4Row>) {  // nibbles q + 8, value 2k low
+      const float s = __half2float(*reinterpret_cast<const __half*>(row + HD / 2 + 2 * (i / scale_group)));
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint32_t w = *reinterpret_cast<const uint16_t*>(row + i / 2 + 2 * j);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t b = w >> (8 * h);
+          out[2 * j + h] = PackPair<__nv_bfloat16>(__fmul_rn(static_cast<float>(static_cast<int>(b & 15) - 8), s),
+                                                   __fmul_rn(static_cast<float>(static_cast<int>((b >> 4) & 15) - 8), s));
+        }
       }
     } else {
       constexpr __nv_fp8_interpretation_t kInterp = std::is_same_v<Row, Fp8E4M3Row> ? __NV_E4M3 : __NV_E5M2;

@@ -1,6 +1,7 @@
 // The KV row codecs of kv/kv_codec.h on the device, for the formats the CUDA backend stores:
-// plain rows (f32, bf16, f16), fp8 (e4m3 / e5m2: d codes, then an f32 scale) and int8 (d codes,
-// then ceil(d / group) f16 scales). A row is one (token, KV head); a block holds block_size x
+// plain rows (f32, bf16, f16), fp8 (e4m3 / e5m2: d codes, then an f32 scale), int8 (d codes,
+// then ceil(d / group) f16 scales) and int4 (ceil(d / 2) bytes of nibbles q + 8, value 2i in the
+// low nibble, then ceil(d / group) f16 scales). A row is one (token, KV head); a block holds block_size x
 // num_kv_heads rows, token-major, so row (slot, head) starts at (slot * heads + head) * row
 // bytes, as in the wide layout.
 //
@@ -25,6 +26,7 @@ namespace pagoda::cuda {
 struct Fp8E4M3Row {};
 struct Fp8E5M2Row {};
 struct Int8Row {};
+struct Int4Row {};
 
 template <typename T>
 struct KVRowTraits {  // plain rows of T
@@ -48,6 +50,10 @@ struct KVRowTraits<Int8Row> {
   static constexpr bool kQuantized = true;
   static constexpr int kCodeBytes = 1;
 };
+template <>
+struct KVRowTraits<Int4Row> {
+  static constexpr bool kQuantized = true;
+};
 
 // Bytes of one row of `f` for the formats above (kv/kv_codec.cc's KVRowBytes); 0 for others.
 __host__ __device__ inline int64_t DeviceKVRowBytes(const KVArrayFormat& f) {
@@ -56,9 +62,10 @@ __host__ __device__ inline int64_t DeviceKVRowBytes(const KVArrayFormat& f) {
     case KVQuant::kNone: return d * (f.dtype == DType::kF32 ? 4 : 2);
     case KVQuant::kFp8E4M3:
     case KVQuant::kFp8E5M2: return d + 4;
-    case KVQuant::kInt8: {
+    case KVQuant::kInt8:
+    case KVQuant::kInt4: {
       const int64_t g = f.group < d ? f.group : d;
-      return d + 2 * ((d + g - 1) / g);
+      return (f.quant == KVQuant::kInt8 ? d : (d + 1) / 2) + 2 * ((d + g - 1) / g);
     }
     default: return 0;
   }
@@ -156,30 +163,53 @@ __device__ inline void QuantizeFp8Row(const float* x, uint8_t* row, int d, float
   if (threadIdx.x < 4) row[d + threadIdx.x] = static_cast<uint8_t>(__float_as_uint(scale) >> (8 * threadIdx.x));
 }
 
-// kv/kv_codec.cc's QuantizeInt for int8: symmetric codes, one f16 scale per group of g values.
-// REQUIRES: d even (the scales 2-byte aligned).
-__device__ inline void QuantizeInt8Row(const float* x, uint8_t* row, int d, int g) {
+// kv/kv_codec.cc's QuantizeInt for int8 (kInt4 false) and int4: symmetric codes, one f16 scale
+// per group of g values (amax / 127 or / 7). REQUIRES: d even (the scales 2-byte aligned).
+// The integer quantizers' shared group maxima and scales (one pair a kernel, whichever widths
+// it quantizes).
+__device__ inline int* IntQuantAmaxBits() {
   __shared__ int amax_bits[kMaxKVQuantDim];
+  return amax_bits;
+}
+__device__ inline float* IntQuantScales() {
   __shared__ float scales[kMaxKVQuantDim];
+  return scales;
+}
+
+template <bool kInt4 = false>
+__device__ inline void QuantizeIntRow(const float* x, uint8_t* row, int d, int g) {
+  constexpr float kQMax = kInt4 ? 7.0f : 127.0f;
+  const int code_bytes = kInt4 ? (d + 1) / 2 : d;
+  int* amax_bits = IntQuantAmaxBits();
+  float* scales = IntQuantScales();
   const int groups = (d + g - 1) / g;
   for (int j = threadIdx.x; j < groups; j += blockDim.x) amax_bits[j] = 0;
   __syncthreads();
   for (int i = threadIdx.x; i < d; i += blockDim.x) KVMaxAbs(&amax_bits[i / g], x[i]);
   __syncthreads();
   for (int j = threadIdx.x; j < groups; j += blockDim.x) {
-    const __half h = __float2half_rn(fminf(__fdiv_rn(__int_as_float(amax_bits[j]), 127.0f), 65504.0f));
+    const __half h = __float2half_rn(fminf(__fdiv_rn(__int_as_float(amax_bits[j]), kQMax), 65504.0f));
     // One 16-bit store (rows and head dims are even), as the f16 cache's write does: two byte
     // stores of the halves came out with a zero low byte on the H200 (sm_90a, CUDA 13).
-    *reinterpret_cast<unsigned short*>(row + d + 2 * j) = __half_as_ushort(h);
+    *reinterpret_cast<unsigned short*>(row + code_bytes + 2 * j) = __half_as_ushort(h);
     scales[j] = __half2float(h);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+  auto code = [&](int i) {
     const float s = scales[i / g];
     const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
-    const float q = fminf(fmaxf(rintf(__fmul_rn(x[i], inv)), -127.0f), 127.0f);
-    row[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    return static_cast<int>(fminf(fmaxf(rintf(__fmul_rn(x[i], inv)), -kQMax), kQMax));
+  };
+  if constexpr (kInt4) {
+    for (int b = threadIdx.x; b < code_bytes; b += blockDim.x) {  // values 2b (low) and 2b + 1
+      const int lo = code(2 * b) + 8, hi = 2 * b + 1 < d ? code(2 * b + 1) + 8 : 0;
+      row[b] = static_cast<uint8_t>(lo | hi << 4);
+    }
+  } else {
+    for (int i = threadIdx.x; i < d; i += blockDim.x) row[i] = static_cast<uint8_t>(static_cast<int8_t>(code(i)));
   }
 }
+__device__ inline void QuantizeInt8Row(const float* x, uint8_t* row, int d, int g) { QuantizeIntRow<false>(x, row, d, g); }
+__device__ inline void QuantizeInt4Row(const float* x, uint8_t* row, int d, int g) { QuantizeIntRow<true>(x, row, d, g); }
 
 }  // namespace pagoda::cuda
