@@ -21,7 +21,6 @@ namespace {
 
 using namespace flash;  // the tile (flash_tile.cuh) and quantized rows (flash_quant.cuh)
 
-constexpr int kSegmentUnit = 256;   // FlashSegmentKeys's smallest segment
 constexpr int kWideWarps = 4;
 
 struct KernelArgs {
@@ -102,7 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     } else {
       rows.pos[h] = -1;
       rows.first[h] = 0;
-      rows.seg[h] = kSegmentUnit;
+      rows.seg[h] = kFlashSegmentUnit;
       out_rows[h] = 0;
       q_rows[h] = nullptr;
     }
@@ -270,7 +269,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   auto end_tile = [&](int j) {
     if constexpr (!kSplit) {
       const int end = (j + 1) * kKeyTile;
-      if (end % kSegmentUnit == 0 && j < tile_hi) {
+      if (end % kFlashSegmentUnit == 0 && j < tile_hi) {
         const bool now[2] = {end % rows.seg[0] == 0, end % rows.seg[1] == 0};
         flush(now);
       }
@@ -566,8 +565,12 @@ int64_t FlashAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64
 }
 
 int FlashSplitDepth(int64_t max_keys) {
-  // Segments of 256 keys (+1: a window may straddle one more), rounded up to a power of two.
-  const int64_t need = std::min<int64_t>(kFlashMaxSegments, std::max<int64_t>(max_keys - 1, 0) / kSegmentUnit + 2);
+  // Every row of at most max_keys keys: segments of 256 keys for rows up to kFlashShortRowKeys,
+  // 512 above (+1: a window may straddle one more), rounded up to a power of two.
+  const int64_t k = std::max<int64_t>(max_keys - 1, 0);
+  int64_t need = std::min(k, kFlashShortRowKeys - 1) / kFlashSegmentUnit + 2;
+  if (max_keys > kFlashShortRowKeys) need = std::max(need, k / (2 * kFlashSegmentUnit) + 2);
+  need = std::min<int64_t>(kFlashMaxSegments, need);
   int depth = 1;
   while (depth < need) depth *= 2;
   return std::min(depth, kFlashMaxSegments);
