@@ -43,17 +43,17 @@ __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int po
 // one segment); otherwise every segment, merged as the walk goes.
 // kPing: one K and one V buffer instead of two stages of both (half the shared memory, twice
 // the blocks an SM): K of the next tile loads while P V runs, V while the next scores do.
-// KV: the cache's element type (bf16, f16), Int8Row or Fp8KRegs<fp8 row> (RawGeometry): raw K
-// and V buffers (kPing) or two stages of both; int8 dequantized into one bf16 tile (kPing: K,
-// then V) or two; fp8's V codes into one tile and their scales.
+// KV: the cache's element type (bf16, f16), Int8Row / Int4Row or Fp8KRegs<fp8 row>
+// (RawGeometry): raw K and V buffers (kPing) or two stages of both; int8 and int4 dequantized
+// into one bf16 tile (kPing: K, then V) or two; fp8 read from the raw rows into registers.
 template <int HD, int kWarps, bool kSplit, bool kPing, typename KV>
 __host__ __device__ constexpr int KVSmemBytes() {
   using Geo = Geometry<HD>;
   if constexpr (kQuantKV<KV>) {
-    // Raw K and V (two stages unless kPing); one bf16 tile (kPing or fp8) or two; fp8's V scales.
+    // Raw K and V (two stages unless kPing); int8 and int4: one bf16 tile (kPing) or two.
     constexpr bool kKRegs = KVKind<KV>::kKRegs;
     constexpr int raw = RawGeometry<typename KVKind<KV>::Row, HD>::kTileBytes;
-    return (kPing ? 2 * raw : 4 * raw) + (kPing || kKRegs ? 1 : 2) * Geo::kTileBytes + (kKRegs ? kKeyTile * 4 : 0);
+    return (kPing ? 2 * raw : 4 * raw) + (kKRegs ? 0 : kPing ? 1 : 2) * Geo::kTileBytes;
   } else {
     return kPing ? Geo::kStageBytes : Geo::kPipelineBytes;
   }
@@ -276,13 +276,12 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     }
   };
   if constexpr (kPing) {
-    // One K and one V buffer (quantized caches: raw rows, and one bf16 tile they are converted
-    // into; fp8 also keeps V's scales): K of the next tile loads once this one's K is scored
-    // (int8: converted), V once this one's V is used (quantized: converted).
+    // One K and one V buffer (quantized caches: raw rows; int8 and int4 also one bf16 tile
+    // they are converted into): K of the next tile loads once this one's K is scored (int8,
+    // int4: converted), V once this one's V is used (int8, int4: converted).
     uint8_t* kb = smem;
     uint8_t* vb = smem + (kQuant ? Raw::kTileBytes : Geo::kTileBytes);
     uint8_t* tile = smem + 2 * Raw::kTileBytes;
-    float* v_scale = kKRegs ? reinterpret_cast<float*>(tile + Geo::kTileBytes) : nullptr;
     auto load_kb = [&](int j) {
       if constexpr (kQuant) {
         load_raw_k(kb, j);
@@ -311,7 +310,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       if constexpr (kKRegs) {
         if (active) ScoreTileFrom<TQ, HD>(RawFp8K<Row, HD>{kb}, tile_start, qf, rows, a.scale_log2, mask, st, s);
       } else if constexpr (kQuant) {
-        DequantizeTile<Row, HD, kThreads>(kb, tile, a.k_scale_group, nullptr);
+        DequantizeTile<Row, HD, kThreads>(kb, tile, a.k_scale_group);
       } else {
         if (active) ScoreTile<T, HD>(kb, tile_start, qf, rows, a.scale_log2, mask, st, s);
       }
@@ -323,15 +322,19 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       }
       CpAsyncWait<1>();  // V of tile j
       barrier();         // (and the scores have read the tile)
-      if constexpr (kQuant) {
-        DequantizeTile<Row, HD, kThreads>(vb, tile, a.v_scale_group, v_scale);
+      if constexpr (kQuant && !kKRegs) {
+        DequantizeTile<Row, HD, kThreads>(vb, tile, a.v_scale_group);
         barrier();
         if (j < tile_hi) load_vb(j + 1);
         CpAsyncCommit();
-        if (active) AddValues<T, HD>(tile, s, st, v_scale);
+        if (active) AddValues<T, HD>(tile, s, st);
         barrier();
       } else {
-        if (active) AddValues<T, HD>(vb, s, st);
+        if constexpr (kKRegs) {
+          if (active) AddRawFp8Values<Row, HD>(vb, s, st);
+        } else {
+          if (active) AddValues<T, HD>(vb, s, st);
+        }
         barrier();
         if (j < tile_hi) load_vb(j + 1);
         CpAsyncCommit();
@@ -339,12 +342,11 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       end_tile(j);
     }
   } else {
-    // Two stages of K and V (quantized caches: raw rows, then the bf16 tiles they are converted
-    // into, K and V for int8, V and its scales for fp8).
+    // Two stages of K and V (quantized caches: raw rows; int8 and int4 then the bf16 K and V
+    // tiles they are converted into).
     constexpr int kStage = kQuant ? 2 * Raw::kTileBytes : Geo::kStageBytes;
     uint8_t* kt = smem + 2 * kStage;
-    uint8_t* vt = kKRegs ? kt : kt + Geo::kTileBytes;
-    float* v_scale = kKRegs ? reinterpret_cast<float*>(vt + Geo::kTileBytes) : nullptr;
+    uint8_t* vt = kt + Geo::kTileBytes;
     auto load_stage = [&](int stage, int j) {
       uint8_t* r = smem + stage * kStage;
       if constexpr (kQuant) {
@@ -361,24 +363,24 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       CpAsyncCommit();
       CpAsyncWait<1>();
       barrier();
-      if constexpr (kQuant) {
+      if constexpr (kQuant && !kKRegs) {
         const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
-        if constexpr (!kKRegs) DequantizeTile<Row, HD, kThreads>(r, kt, a.k_scale_group, nullptr);
-        DequantizeTile<Row, HD, kThreads>(r + Raw::kTileBytes, vt, a.v_scale_group, v_scale);
+        DequantizeTile<Row, HD, kThreads>(r, kt, a.k_scale_group);
+        DequantizeTile<Row, HD, kThreads>(r + Raw::kTileBytes, vt, a.v_scale_group);
         barrier();
       }
       const int tile_start = j * kKeyTile;
       if (tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo) {
         const uint8_t* ks = smem + ((j - tile_lo) & 1) * kStage;
         const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
-        if constexpr (kQuant) {
+        if constexpr (kKRegs) {
           float s[8][4];
-          if constexpr (kKRegs) {
-            ScoreTileFrom<TQ, HD>(RawFp8K<Row, HD>{ks}, tile_start, qf, rows, a.scale_log2, mask, st, s);
-          } else {
-            ScoreTile<T, HD>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);
-          }
-          AddValues<T, HD>(vt, s, st, v_scale);
+          ScoreTileFrom<TQ, HD>(RawFp8K<Row, HD>{ks}, tile_start, qf, rows, a.scale_log2, mask, st, s);
+          AddRawFp8Values<Row, HD>(ks + Raw::kTileBytes, s, st);
+        } else if constexpr (kQuant) {
+          float s[8][4];
+          ScoreTile<T, HD>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);
+          AddValues<T, HD>(vt, s, st);
         } else {
           AttendTile<T, HD>(ks, ks + Geo::kTileBytes, tile_start, qf, rows, a.scale_log2, mask, st);
         }
@@ -394,18 +396,17 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     for (int h = 0; h < 2; ++h) {
       if (!rows.valid[h]) continue;
       if (num_segments == 1) {
-        float* out = p.out + out_rows[h] * HD + 2 * q;
+        float* out = p.out + out_rows[h] * HD;
 #pragma unroll
         for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-          *reinterpret_cast<float2*>(out + dt * 8) =
-              make_float2(__fdiv_rn(st.acc[dt][2 * h], l_total[h]), __fdiv_rn(st.acc[dt][2 * h + 1], l_total[h]));
+          StorePair<kKRegs>(out, dt, q, __fdiv_rn(st.acc[dt][2 * h], l_total[h]), __fdiv_rn(st.acc[dt][2 * h + 1], l_total[h]));
         }
       } else {
         const int64_t at = out_rows[h] * kFlashMaxSegments + z;
-        float* part = a.partial + at * HD + 2 * q;
+        float* part = a.partial + at * HD;
 #pragma unroll
         for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-          *reinterpret_cast<float2*>(part + dt * 8) = make_float2(st.acc[dt][2 * h], st.acc[dt][2 * h + 1]);
+          StorePair<kKRegs>(part, dt, q, st.acc[dt][2 * h], st.acc[dt][2 * h + 1]);
         }
         if (q == 0) {
           float* ml = a.partial + p.num_tokens * p.num_heads * kFlashMaxSegments * HD + at * 2;
@@ -420,11 +421,11 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (!rows.valid[h]) continue;
-      float* out = p.out + out_rows[h] * HD + 2 * q;
+      float* out = p.out + out_rows[h] * HD;
 #pragma unroll
       for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-        *reinterpret_cast<float2*>(out + dt * 8) = make_float2(__fdiv_rn(o_s[(dt * 4 + 2 * h) * kThreads], L[h]),
-                                                               __fdiv_rn(o_s[(dt * 4 + 2 * h + 1) * kThreads], L[h]));
+        StorePair<kKRegs>(out, dt, q, __fdiv_rn(o_s[(dt * 4 + 2 * h) * kThreads], L[h]),
+                          __fdiv_rn(o_s[(dt * 4 + 2 * h + 1) * kThreads], L[h]));
       }
     }
   }

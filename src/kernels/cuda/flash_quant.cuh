@@ -1,5 +1,5 @@
-// FlashAttention over quantized KV rows (fp8 e4m3/e5m2, int8): the raw tiles they land in, the
-// conversions into bf16 tiles, and fp8 K's fragments converted in registers.
+// FlashAttention over quantized KV rows (fp8 e4m3/e5m2, int8, int4): the raw tiles they land in,
+// int8 and int4's conversion into bf16 tiles, and fp8's K and V fragments converted in registers.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,13 +20,13 @@ namespace pagoda::cuda::flash {
 // holding its first byte (rows need not start 16-byte aligned: 132 bytes for fp8 at d 128), in
 // raw rows of RawGeometry::kRowBytes; the tile's 64 offsets of each row's first byte in its raw
 // row follow.
-//   int8: the tile is dequantized into bf16 rows (Geometry: code x scale in f32, as the CPU
-//         codec dequantizes, rounded to bf16) and the products run as for a bf16 cache;
+//   int8, int4: the tile is dequantized into bf16 rows (Geometry: code x scale in f32, as the
+//         CPU codec dequantizes, rounded to bf16) and the products run as for a bf16 cache;
 //   fp8 (Fp8KRegs): K's B fragments are converted from the raw tile in registers (two codes to an
 //         exact f16 pair a register, Q rounded to f16; FlashAttention's f16 product) and each
-//         key's scale multiplies its scores; V's codes go to the bf16 tile unscaled (exact) and
-//         each key's scale multiplies P before P is rounded to bf16. Half the conversions of
-//         dequantizing both tiles (H200, batch 64, 8K tokens: 754 us against 930).
+//         key's scale multiplies its scores; V's B fragments too (AddRawFp8Values: codes to
+//         bf16 unscaled, exact), each key's scale multiplying P before P is rounded to bf16. No
+//         bf16 tile: the raw K and V buffers are all the shared memory a warp needs.
 template <typename Tag>
 struct Fp8KRegs {};
 template <typename KV>
@@ -80,13 +80,58 @@ struct RawFp8K {
   }
 };
 
-// A raw tile (RawGeometry) into the bf16 rows of `tile`, 8 values a thread at a time. int8: code
-// x its group's scale in f32 (DequantizeRun's products), rounded to bf16. fp8: the codes alone
-// (exact in bf16), each row's scale to row_scales[r] (multiplied into P). fp8 rows start 4-byte
-// aligned in shared memory (d + 4 bytes a row), int8 rows 2-byte aligned.
+// O += P V with V's B fragments built in registers from a raw fp8 tile (no bf16 tile in shared
+// memory): each key's scale multiplies P before P is rounded to bf16, V's codes go to bf16
+// unscaled (exact), so the products are the same as from a dequantized tile. A B fragment needs
+// two keys at one column; a thread reads 4 bytes (4 columns) of each of its 4 keys a k-step and
+// pairs them with byte permutes, so O's columns are permuted: n-tile 4c + i's column n holds
+// head-dim column 32c + 4n + i (kFp8VColumns; OutColumn maps them back at the end).
+template <typename Tag, int HD>
+__device__ __forceinline__ void AddRawFp8Values(const uint8_t* raw, const float (&s)[8][4], State<HD>& st) {
+  using Raw = RawGeometry<Tag, HD>;
+  constexpr __nv_fp8_interpretation_t kInterp = std::is_same_v<Tag, Fp8E4M3Row> ? __NV_E4M3 : __NV_E5M2;
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  auto cvt = [](uint32_t codes) {  // two codes (low 16 bits) to a bf16 pair, exact
+    const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes & 0xffff), kInterp)));
+    return PackPair<__nv_bfloat16>(f.x, f.y);
+  };
+#pragma unroll
+  for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+    // The thread's keys of this k-step: 2q, 2q + 1, 2q + 8, 2q + 9.
+    const uint8_t* rows[4];
+    float scale[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1);
+      rows[i] = raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r];
+      scale[i] = *reinterpret_cast<const float*>(rows[i] + HD);
+    }
+    const uint32_t a[4] = {PackPair<__nv_bfloat16>(__fmul_rn(s[2 * kk][0], scale[0]), __fmul_rn(s[2 * kk][1], scale[1])),
+                           PackPair<__nv_bfloat16>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1])),
+                           PackPair<__nv_bfloat16>(__fmul_rn(s[2 * kk + 1][0], scale[2]), __fmul_rn(s[2 * kk + 1][1], scale[3])),
+                           PackPair<__nv_bfloat16>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]))};
+#pragma unroll
+    for (int c = 0; c < HD / 32; ++c) {
+      uint32_t w[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(rows[i] + 32 * c + 4 * g);
+      // Byte pairs (key 2q, key 2q + 1) and (2q + 8, 2q + 9) for columns 0-1 and 2-3 of the four.
+      const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
+      const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
+      const uint32_t b[4][2] = {{cvt(lo01), cvt(lo23)}, {cvt(lo01 >> 16), cvt(lo23 >> 16)},
+                                {cvt(hi01), cvt(hi23)}, {cvt(hi01 >> 16), cvt(hi23 >> 16)}};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) Mma<__nv_bfloat16>(st.acc[4 * c + i], a, b[i]);
+    }
+  }
+}
+
+// An int8 or int4 raw tile (RawGeometry) into the bf16 rows of `tile`, 8 values a thread at a
+// time: code x its group's scale in f32 (DequantizeRun's products), rounded to bf16. Rows start
+// 2-byte aligned in shared memory.
 template <typename Row, int HD, int kThreads>
-__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile, int scale_group,
-                                               float* row_scales) {
+__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile, int scale_group) {
+  static_assert(std::is_same_v<Row, Int8Row> || std::is_same_v<Row, Int4Row>, "fp8 rows are read in registers");
   using Raw = RawGeometry<Row, HD>;
   constexpr int kRuns = HD / 8;
   for (int u = threadIdx.x; u < kKeyTile * kRuns; u += kThreads) {
@@ -111,19 +156,6 @@ __device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile
           const uint32_t b = w >> (8 * h);
           out[2 * j + h] = PackPair<__nv_bfloat16>(__fmul_rn(static_cast<float>(static_cast<int>(b & 15) - 8), s),
                                                    __fmul_rn(static_cast<float>(static_cast<int>((b >> 4) & 15) - 8), s));
-        }
-      }
-    } else {
-      constexpr __nv_fp8_interpretation_t kInterp = std::is_same_v<Row, Fp8E4M3Row> ? __NV_E4M3 : __NV_E5M2;
-      if (i == 0) row_scales[r] = *reinterpret_cast<const float*>(row + HD);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const uint32_t w = *reinterpret_cast<const uint32_t*>(row + i + 4 * j);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const __half2 pair(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w >> (16 * h)), kInterp));
-          const float2 f = __half22float2(pair);
-          out[2 * j + h] = PackPair<__nv_bfloat16>(f.x, f.y);
         }
       }
     }

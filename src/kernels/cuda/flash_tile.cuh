@@ -53,6 +53,25 @@ struct State {
   }
 };
 
+// The head-dim column of O's accumulator acc[dt][2h + j] for the thread of quad lane q: dt * 8
+// + 2q + j, or with kPermuted (V's fragments built in registers from 4-byte reads: n-tile 4c + i's
+// column n is head-dim column 32c + 4n + i) 32 (dt / 4) + 4 (2q + j) + dt % 4.
+template <bool kPermuted>
+__device__ __forceinline__ int OutColumn(int dt, int q, int j) {
+  return kPermuted ? 32 * (dt >> 2) + 4 * (2 * q + j) + (dt & 3) : dt * 8 + 2 * q + j;
+}
+
+// An accumulator pair acc[dt][2h], acc[dt][2h + 1] of a row into `row` (head-dim columns).
+template <bool kPermuted>
+__device__ __forceinline__ void StorePair(float* row, int dt, int q, float v0, float v1) {
+  if constexpr (kPermuted) {
+    row[OutColumn<true>(dt, q, 0)] = v0;
+    row[OutColumn<true>(dt, q, 1)] = v1;
+  } else {
+    *reinterpret_cast<float2*>(row + OutColumn<false>(dt, q, 0)) = make_float2(v0, v1);
+  }
+}
+
 __device__ __forceinline__ float QuadMax(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -168,21 +187,16 @@ __device__ __forceinline__ void ScoreTile(const uint8_t* ks, int tile_start, con
 }
 
 // The second half: O += P V (V rows in shared memory). P's C fragments are the A fragments of
-// the second product (16 keys a k-step). v_scale (when given): the tile's 64 key scales of a
-// quantized V whose rows hold its codes, multiplied into P before it is rounded.
+// the second product (16 keys a k-step).
 template <typename T, int HD>
-__device__ __forceinline__ void AddValues(const uint8_t* vs, const float (&s)[8][4], State<HD>& st,
-                                          const float* v_scale = nullptr) {
+__device__ __forceinline__ void AddValues(const uint8_t* vs, const float (&s)[8][4], State<HD>& st) {
   using Geo = Geometry<HD>;
   const int lane = threadIdx.x & 31;
-  auto p = [&](int n, int i) {
-    return v_scale == nullptr ? s[n][i] : __fmul_rn(s[n][i], v_scale[n * 8 + 2 * (lane & 3) + (i & 1)]);
-  };
 #pragma unroll
   for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-    const uint32_t a[4] = {PackPair<T>(p(2 * kk, 0), p(2 * kk, 1)), PackPair<T>(p(2 * kk, 2), p(2 * kk, 3)),
-                           PackPair<T>(p(2 * kk + 1, 0), p(2 * kk + 1, 1)),
-                           PackPair<T>(p(2 * kk + 1, 2), p(2 * kk + 1, 3))};
+    const uint32_t a[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]), PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
+                           PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                           PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
     const int key_row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
     const uint32_t base_addr = SmemAddr(vs + key_row * Geo::kRowBytes + (lane >> 4) * 16);
 #pragma unroll
