@@ -153,13 +153,13 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     if (hi < 0) return;
   }
 
-  // Q as A fragments, rounded to T (padding rows: zeros).
+  // Q as A fragments, rounded to TQ (padding rows: zeros); fp8 K's column order (QKColumn).
   uint32_t qf[HD / 16][4];
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // columns 2q (+0) and 2q + 8
-      const int d = kk * 16 + 2 * q + 8 * half;
+      const int d = kKRegs ? QKColumn(kk, q, 2 * half) : kk * 16 + 2 * q + 8 * half;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float2 v = make_float2(0.0f, 0.0f);
@@ -226,6 +226,15 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   State<HD> st;
   st.Reset(0);
   st.Reset(1);
+  int vexp = 0;  // fp8: the accumulators hold O x 2^vexp (AddRawFp8Values)
+  // O's value at accumulator (dt, i).
+  auto o_val = [&](int dt, int i) {
+    if constexpr (kKRegs) {
+      return __fmul_rn(st.acc[dt][i], OScale(vexp));
+    } else {
+      return st.acc[dt][i];
+    }
+  };
   // The walking shapes' merged result: (M, L) per row in registers, O in shared memory at
   // this thread's own slots ([value][thread], conflict-free).
   float M[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
@@ -242,8 +251,8 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
           L[h] = l_total[h];
 #pragma unroll
           for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-            o_s[(dt * 4 + 2 * h) * kThreads] = st.acc[dt][2 * h];
-            o_s[(dt * 4 + 2 * h + 1) * kThreads] = st.acc[dt][2 * h + 1];
+            o_s[(dt * 4 + 2 * h) * kThreads] = o_val(dt, 2 * h);
+            o_s[(dt * 4 + 2 * h + 1) * kThreads] = o_val(dt, 2 * h + 1);
           }
           merged[h] = true;
         } else {
@@ -253,7 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
               float& o = o_s[(dt * 4 + 2 * h + j) * kThreads];
-              o = Blend(o, st.acc[dt][2 * h + j], sc);
+              o = Blend(o, o_val(dt, 2 * h + j), sc);
             }
           }
           L[h] = Blend(L[h], l_total[h], sc);
@@ -331,7 +340,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
         barrier();
       } else {
         if constexpr (kKRegs) {
-          if (active) AddRawFp8Values<Row, HD>(vb, s, st);
+          if (active) AddRawFp8Values<Row, HD>(vb, s, st, vexp);
         } else {
           if (active) AddValues<T, HD>(vb, s, st);
         }
@@ -376,7 +385,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
         if constexpr (kKRegs) {
           float s[8][4];
           ScoreTileFrom<TQ, HD>(RawFp8K<Row, HD>{ks}, tile_start, qf, rows, a.scale_log2, mask, st, s);
-          AddRawFp8Values<Row, HD>(ks + Raw::kTileBytes, s, st);
+          AddRawFp8Values<Row, HD>(ks + Raw::kTileBytes, s, st, vexp);
         } else if constexpr (kQuant) {
           float s[8][4];
           ScoreTile<T, HD>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);
@@ -399,14 +408,14 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
         float* out = p.out + out_rows[h] * HD;
 #pragma unroll
         for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-          StorePair<kKRegs>(out, dt, q, __fdiv_rn(st.acc[dt][2 * h], l_total[h]), __fdiv_rn(st.acc[dt][2 * h + 1], l_total[h]));
+          StorePair<kKRegs>(out, dt, q, __fdiv_rn(o_val(dt, 2 * h), l_total[h]), __fdiv_rn(o_val(dt, 2 * h + 1), l_total[h]));
         }
       } else {
         const int64_t at = out_rows[h] * kFlashMaxSegments + z;
         float* part = a.partial + at * HD;
 #pragma unroll
         for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-          StorePair<kKRegs>(part, dt, q, st.acc[dt][2 * h], st.acc[dt][2 * h + 1]);
+          StorePair<kKRegs>(part, dt, q, o_val(dt, 2 * h), o_val(dt, 2 * h + 1));
         }
         if (q == 0) {
           float* ml = a.partial + p.num_tokens * p.num_heads * kFlashMaxSegments * HD + at * 2;
