@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   State<HD> st;
   st.Reset(0);
   st.Reset(1);
-  int vexp = 0;  // fp8: the accumulators hold O x 2^vexp (AddRawFp8Values)
+  int vexp = 0;  // K and V in registers: the accumulators hold O x 2^vexp (AddRawValues)
   // O's value at accumulator (dt, i).
   auto o_val = [&](int dt, int i) {
     if constexpr (kKRegs) {
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       CpAsyncWait<1>();  // K of tile j (V of tile j may still be in flight)
       barrier();
       if constexpr (kKRegs) {
-        if (active) ScoreTileFrom<TQ, HD>(RawFp8K<Row, HD>{kb}, tile_start, qf, rows, a.scale_log2, mask, st, s);
+        if (active) ScoreTileFrom<TQ, HD>(RawK<Row, HD>{kb, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
       } else if constexpr (kQuant) {
         DequantizeTile<Row, HD, kThreads>(kb, tile, a.k_scale_group);
       } else {
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
         barrier();
       } else {
         if constexpr (kKRegs) {
-          if (active) AddRawFp8Values<Row, HD>(vb, s, st, vexp);
+          if (active) AddRawValues<Row, HD>(vb, s, st, vexp, a.v_scale_group);
         } else {
           if (active) AddValues<T, HD>(vb, s, st);
         }
@@ -384,8 +384,8 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
         const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
         if constexpr (kKRegs) {
           float s[8][4];
-          ScoreTileFrom<TQ, HD>(RawFp8K<Row, HD>{ks}, tile_start, qf, rows, a.scale_log2, mask, st, s);
-          AddRawFp8Values<Row, HD>(ks + Raw::kTileBytes, s, st, vexp);
+          ScoreTileFrom<TQ, HD>(RawK<Row, HD>{ks, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
+          AddRawValues<Row, HD>(ks + Raw::kTileBytes, s, st, vexp, a.v_scale_group);
         } else if constexpr (kQuant) {
           float s[8][4];
           ScoreTile<T, HD>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);
@@ -540,6 +540,19 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
   }
 }
 
+// int8 and int4 rows are read in registers (IntRegs) when K's and V's scale groups are 32k
+// columns (a group's columns are whole 32-column blocks in QKColumn's and OutColumn's orders) and
+// int8 rows are 4-byte aligned (an even number of groups); other groups are dequantized into
+// bf16 tiles.
+bool IntRegsServe(const PagedAttentionParams& p) {
+  for (const KVArrayFormat* f : {&p.k_format, &p.v_format}) {
+    const int64_t g = std::min(f->group, p.head_dim);
+    if (g % 32 != 0) return false;
+    if (f->quant == KVQuant::kInt8 && (p.head_dim / g) % 2 != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool FlashAttentionSupports(const PagedAttentionParams& p) {
@@ -623,8 +636,10 @@ void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max
   switch (p.k_format.quant) {
     case KVQuant::kFp8E4M3: return run.template operator()<Fp8KRegs<Fp8E4M3Row>>();
     case KVQuant::kFp8E5M2: return run.template operator()<Fp8KRegs<Fp8E5M2Row>>();
-    case KVQuant::kInt8: return run.template operator()<Int8Row>();
-    case KVQuant::kInt4: return run.template operator()<Int4Row>();
+    case KVQuant::kInt8:
+      return IntRegsServe(p) ? run.template operator()<IntRegs<Int8Row>>() : run.template operator()<Int8Row>();
+    case KVQuant::kInt4:
+      return IntRegsServe(p) ? run.template operator()<IntRegs<Int4Row>>() : run.template operator()<Int4Row>();
     default:
       if (p.kv_dtype == DType::kBF16) return run.template operator()<__nv_bfloat16>();
       return run.template operator()<__half>();

@@ -1,16 +1,17 @@
 // Paged attention on tensor cores: FlashAttention-2-style tiles (mma.sync m16n8k16) over a
 // bf16 or f16 KV cache, or an fp8 (e4m3, e5m2), int8 or int4 one (rows copied raw and converted in
-// shared memory and registers: flash_quant.cuh), for head dims 64 and 128, up
-// to 16 query heads per KV head and power-of-two block sizes; the contract of
+// registers, or for some int8/int4 scale groups in shared memory: flash_quant.cuh), for head dims
+// 64 and 128, up to 16 query heads per KV head and power-of-two block sizes; the contract of
 // kernels/params/attention_params.h (the grouped SIMT kernel in paged_attention.cu serves the
 // other shapes, f32 caches and int8 groups that are not 8k values dividing the head dim; int4
 // runs here only).
 //
 // A warp computes 16 query rows: the G query heads of one KV head for 16 / G consecutive
-// tokens of one sequence (GQA packing: the group shares every K/V read). Q is rounded to the
-// cache's 16-bit type (bf16 for int8, f16 for fp8), S = Q K^T and O += P V run on tensor cores
-// with f32 accumulators, P is rounded to the V tile's type for the second product (as
-// FlashAttention does), the online softmax is in f32 in the log2 domain.
+// tokens of one sequence (GQA packing: the group shares every K/V read). Q is rounded to a
+// 16-bit type (the cache's; f16 for quantized rows read in registers, bf16 for dequantized
+// tiles), S = Q K^T and O += P V run on tensor cores with f32 accumulators, P is rounded to the
+// V operand's type for the second product (as FlashAttention does), the online softmax is in
+// f32 in the log2 domain.
 //
 // The same bits whatever the step: every row's result is a function of its own position only.
 //   - Keys are walked in tiles of 64 at absolute positions [64j, 64j + 64); keys outside a

@@ -1,5 +1,6 @@
 // FlashAttention over quantized KV rows (fp8 e4m3/e5m2, int8, int4): the raw tiles they land in,
-// int8 and int4's conversion into bf16 tiles, and fp8's K and V fragments converted in registers.
+// K's and V's fragments converted from them in registers, and int8 and int4's conversion into bf16
+// tiles for scale groups the register path does not take.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,31 +16,71 @@
 
 namespace pagoda::cuda::flash {
 
-// Quantized caches (fp8 e4m3/e5m2: d codes then an f32 scale; int8: d codes then f16 scales, one
-// per group of 8k values dividing d): a row lands raw, as whole 16-byte pieces from the one
-// holding its first byte (rows need not start 16-byte aligned: 132 bytes for fp8 at d 128), in
-// raw rows of RawGeometry::kRowBytes; the tile's 64 offsets of each row's first byte in its raw
-// row follow.
-//   int8, int4: the tile is dequantized into bf16 rows (Geometry: code x scale in f32, as the
-//         CPU codec dequantizes, rounded to bf16) and the products run as for a bf16 cache;
-//   fp8 (Fp8KRegs): K's B fragments are converted from the raw tile in registers (two codes to an
-//         exact f16 pair a register, Q rounded to f16; FlashAttention's f16 product) and each
-//         key's scale multiplies its scores; V's B fragments too (AddRawFp8Values: codes to f16,
-//         exact), each key's scale (times the tile's power of two) multiplying P before P is
-//         rounded to f16. No bf16 tile: the raw K and V buffers are all the shared memory a
+// Quantized caches (fp8 e4m3/e5m2: d codes then an f32 scale; int8: d codes, int4: d / 2 bytes
+// of nibbles, then f16 scales, one per group of 8k values dividing d): a row lands raw, as whole
+// 16-byte pieces from the one holding its first byte (rows need not start 16-byte aligned: 132
+// bytes for fp8 at d 128), in raw rows of RawGeometry::kRowBytes; the tile's 64 offsets of each
+// row's first byte in its raw row follow.
+//   In registers (Fp8KRegs; IntRegs for int8/int4 with groups of 32k values): K's B fragments are
+//         converted from the raw tile (codes to exact f16 values, Q rounded to f16; fp8's row
+//         scale multiplies a key's scores, int8/int4 sum Q K^T a group at a time and add each
+//         group's sum times its scale in f32: RawFp8K, RawIntK), and V's too (AddRawValues: codes
+//         to f16, exact), each key's scale (times the tile's power of two) multiplying P before
+//         P is rounded to f16. No bf16 tile: the raw K and V buffers are all the shared memory a
 //         warp needs.
+//   Other int8/int4 groups: the tile is dequantized into bf16 rows (DequantizeTile; Geometry:
+//         code x scale in f32, as the CPU codec dequantizes, rounded to bf16) and the products
+//         run as for a bf16 cache.
 template <typename Tag>
 struct Fp8KRegs {};
+template <typename Tag>
+struct IntRegs {};  // int8 / int4 rows read in registers (IntRegsServe)
 template <typename KV>
 struct KVKind {
   using Row = KV;  // the row format (or element type)
-  static constexpr bool kKRegs = false;
+  static constexpr bool kKRegs = false;  // K's and V's fragments converted in registers
 };
 template <typename Tag>
 struct KVKind<Fp8KRegs<Tag>> {
   using Row = Tag;
   static constexpr bool kKRegs = true;
 };
+template <typename Tag>
+struct KVKind<IntRegs<Tag>> {
+  using Row = Tag;
+  static constexpr bool kKRegs = true;
+};
+template <typename Row>
+inline constexpr bool kFp8Row = std::is_same_v<Row, Fp8E4M3Row> || std::is_same_v<Row, Fp8E5M2Row>;
+// Bytes of codes before a row's scales.
+template <typename Row, int HD>
+inline constexpr int kCodeBytes = std::is_same_v<Row, Int4Row> ? HD / 2 : HD;
+
+// Integer codes to exact f16 pairs with integer operations and one f16 instruction: a byte u
+// below an f16 exponent byte 0x64 is 1024 + u.
+// int8: bytes i and j of w (codes, offset by 128: w ^ 0x80808080) -> (code_i, code_j).
+__device__ __forceinline__ uint32_t Int8Pair(uint32_t offset_codes, uint32_t sel) {
+  const uint32_t x = __byte_perm(offset_codes, 0x64646464u, sel);
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&x), __half2(__half(1152.0f), __half(1152.0f)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+// int4: one byte's two values (low nibble, high nibble), the byte in bytes 0 and 2 of x.
+__device__ __forceinline__ uint32_t Int4Byte(uint32_t x) {
+  const uint32_t y = (x & 0x00f0000fu) | 0x64006400u;
+  const __half2 h = __hfma2(*reinterpret_cast<const __half2*>(&y), __half2(__half(1.0f), __half(0.0625f)),
+                            __half2(__half(-1032.0f), __half(-72.0f)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+// int4: the low nibbles (kHigh false) or high nibbles of bytes 0 and 2 of x, minus 8.
+template <bool kHigh>
+__device__ __forceinline__ uint32_t Int4Pair(uint32_t x) {
+  const uint32_t y = (x & (kHigh ? 0x00f000f0u : 0x000f000fu)) | 0x64006400u;
+  // low: 1024 + n - 1032; high: (1024 + 16 n) / 16 - 72 (exact in f16)
+  const __half2 h = kHigh ? __hfma2(*reinterpret_cast<const __half2*>(&y), __half2(__half(0.0625f), __half(0.0625f)),
+                                    __half2(__half(-72.0f), __half(-72.0f)))
+                          : __hsub2(*reinterpret_cast<const __half2*>(&y), __half2(__half(1032.0f), __half(1032.0f)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
 template <typename KV>
 inline constexpr bool kQuantKV = KVRowTraits<typename KVKind<KV>::Row>::kQuantized;
 template <typename KV>
@@ -85,27 +126,95 @@ struct RawFp8K {
   __device__ __forceinline__ float Scale(float x, int n, int j) const {
     return __fmul_rn(x, *reinterpret_cast<const float*>(Row(n * 8 + 2 * (threadIdx.x & 3) + j) + HD));
   }
+  static constexpr bool kGrouped = false;
+  int group;  // unused (one scale a row)
 };
 
-// O += P V with V's B fragments built in registers from a raw fp8 tile (no bf16 tile in shared
-// memory), on f16 tensor cores: V's codes convert to f16 exactly with one instruction a pair,
-// and P takes each key's scale times a power of two 2^e chosen per tile (the tile's largest
-// scale times 2^e in [1, 2)), so P's products stay in f16's normal range whatever the scales;
-// O's accumulators hold O x 2^vexp (`vexp`: the last tile's e; rescaled exactly by a power of
-// two when a tile's e differs; OScale undoes it). An all-zero tile (every scale 0: keys outside
-// the block's range, zero rows) adds nothing and is skipped.
-// A B fragment needs two keys at one column; a thread reads 4 bytes (4 columns) of each of its
-// 4 keys a k-step and pairs them with byte permutes, so O's columns are permuted: n-tile 4c +
-// i's column n holds head-dim column 32c + 4n + i (OutColumn<true> maps them back).
+// K's scores from a raw int8 or int4 tile (QKColumn's order, as fp8): the codes to exact f16
+// pairs, Q K^T summed a scale group at a time (groups of 32k values: 2k k-steps) and each group's
+// sum times its f16 scale added in f32 (kGrouped: Scores replaces Load and Scale).
 template <typename Tag, int HD>
-__device__ __forceinline__ void AddRawFp8Values(const uint8_t* raw, const float (&s)[8][4], State<HD>& st,
-                                                int& vexp) {
+struct RawIntK {
+  const uint8_t* raw;
+  int group;
   using Raw = RawGeometry<Tag, HD>;
+  static constexpr bool kGrouped = true;
+  __device__ __forceinline__ const uint8_t* Row(int r) const {
+    return raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r];
+  }
+  __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const uint8_t* row = Row(n * 8 + g);
+    if constexpr (std::is_same_v<Tag, Int8Row>) {  // rows 4-byte aligned (IntRegsServe)
+      const uint32_t u = *reinterpret_cast<const uint32_t*>(row + QKColumn(kk, q, 0)) ^ 0x80808080u;
+      b[0] = Int8Pair(u, 0x4140);
+      b[1] = Int8Pair(u, 0x4342);
+    } else {  // two bytes: columns c, c + 1 and c + 2, c + 3 (low nibble first)
+      const uint32_t w = *reinterpret_cast<const uint16_t*>(row + QKColumn(kk, q, 0) / 2);
+      b[0] = Int4Byte(__byte_perm(w, 0, 0x4040));  // byte 0 in both halves
+      b[1] = Int4Byte(__byte_perm(w, 0, 0x4141));  // byte 1
+    }
+  }
+  __device__ __forceinline__ float Scale(float x, int, int) const { return x; }  // Scores scaled it
+  template <typename T>
+  __device__ __forceinline__ void Scores(const uint32_t (&qf)[HD / 16][4], float (&s)[8][4]) const {
+    const int q = threadIdx.x & 3, steps = group / 16;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const uint8_t* srow[2] = {Row(n * 8 + 2 * q) + kCodeBytes<Tag, HD>, Row(n * 8 + 2 * q + 1) + kCodeBytes<Tag, HD>};
+      float part[4];
+#pragma unroll
+      for (int kk = 0; kk < HD / 16; ++kk) {
+        if (kk % steps == 0) part[0] = part[1] = part[2] = part[3] = 0.0f;
+        uint32_t b[2];
+        Load(n, kk, b);
+        Mma<T>(part, qf[kk], b);
+        if ((kk + 1) % steps == 0) {
+          const int gi = kk / steps;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float sc = __half2float(*reinterpret_cast<const __half*>(srow[i & 1] + 2 * gi));
+            s[n][i] = gi == 0 ? __fmul_rn(part[i], sc) : __fmaf_rn(part[i], sc, s[n][i]);
+          }
+        }
+      }
+    }
+  }
+};
+template <typename Row, int HD>
+using RawK = std::conditional_t<kFp8Row<Row>, RawFp8K<Row, HD>, RawIntK<Row, HD>>;
+
+// O += P V with V's B fragments built in registers from a raw fp8, int8 or int4 tile (no bf16
+// tile in shared memory), on f16 tensor cores: V's codes convert to f16 exactly (fp8: one
+// instruction a pair; int8, int4: byte permutes and one f16 instruction), and P takes each key's
+// scale (int8, int4: each (key, group of 32k columns) scale, so the A fragments are rebuilt for
+// each group) times a power of two 2^e chosen per tile (the tile's largest scale times 2^e in
+// [1, 2)), so P's products stay in f16's normal range whatever the scales; O's accumulators hold
+// O x 2^vexp (`vexp`: the last tile's e; rescaled exactly by a power of two when a tile's e
+// differs; OScale undoes it). An all-zero tile (every scale 0: keys outside the block's range,
+// zero rows) adds nothing and is skipped.
+// A B fragment needs two keys at one column; a thread reads 4 columns of each of its 4 keys a
+// k-step and pairs them with byte permutes, so O's columns are permuted: n-tile 4c + i's column n
+// holds head-dim column 32c + 4n + i (OutColumn<true> maps them back).
+template <typename Tag, int HD>
+__device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s)[8][4], State<HD>& st, int& vexp,
+                                             int group) {
+  using Raw = RawGeometry<Tag, HD>;
+  constexpr bool kFp8 = kFp8Row<Tag>;
+  constexpr int kCode = kCodeBytes<Tag, HD>;
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int groups = kFp8 ? 1 : HD / group;
   auto row = [&](int r) { return raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r]; };
-  auto scale_of = [&](int r) { return *reinterpret_cast<const float*>(row(r) + HD); };
+  auto scale_of = [&](const uint8_t* r, int gi) {
+    if constexpr (kFp8) {
+      return *reinterpret_cast<const float*>(r + HD);
+    } else {
+      return __half2float(*reinterpret_cast<const __half*>(r + kCode + 2 * gi));
+    }
+  };
   // The tile's largest scale (scales are >= 0), the same on every lane.
-  float s_max = fmaxf(scale_of(lane), scale_of(lane + 32));
+  float s_max = 0.0f;
+  for (int gi = 0; gi < groups; ++gi) s_max = fmaxf(s_max, fmaxf(scale_of(row(lane), gi), scale_of(row(lane + 32), gi)));
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) s_max = fmaxf(s_max, __shfl_xor_sync(0xffffffffu, s_max, o));
   if (s_max == 0.0f) return;
@@ -125,36 +234,66 @@ __device__ __forceinline__ void AddRawFp8Values(const uint8_t* raw, const float 
   for (int kk = 0; kk < kKeyTile / 16; ++kk) {
     // The thread's keys of this k-step: 2q, 2q + 1, 2q + 8, 2q + 9.
     const uint8_t* rows[4];
-    float scale[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      rows[i] = row(kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
-      scale[i] = __fmul_rn(*reinterpret_cast<const float*>(rows[i] + HD), f);
-    }
-    const uint32_t a[4] = {PackPair<__half>(__fmul_rn(s[2 * kk][0], scale[0]), __fmul_rn(s[2 * kk][1], scale[1])),
-                           PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1])),
-                           PackPair<__half>(__fmul_rn(s[2 * kk + 1][0], scale[2]), __fmul_rn(s[2 * kk + 1][1], scale[3])),
-                           PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]))};
+    for (int i = 0; i < 4; ++i) rows[i] = row(kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
+    uint32_t a[4];
+    auto make_a = [&](int gi) {  // P times the keys' scales (group gi) times 2^e, in f16
+      float scale[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) scale[i] = __fmul_rn(scale_of(rows[i], gi), f);
+      a[0] = PackPair<__half>(__fmul_rn(s[2 * kk][0], scale[0]), __fmul_rn(s[2 * kk][1], scale[1]));
+      a[1] = PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1]));
+      a[2] = PackPair<__half>(__fmul_rn(s[2 * kk + 1][0], scale[2]), __fmul_rn(s[2 * kk + 1][1], scale[3]));
+      a[3] = PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]));
+    };
+    if constexpr (kFp8) make_a(0);
 #pragma unroll
     for (int c = 0; c < HD / 32; ++c) {
-      uint32_t w[4];
+      if constexpr (!kFp8) {
+        if ((32 * c) % group == 0) make_a(32 * c / group);
+      }
+      uint32_t b[4][2];
+      if constexpr (kFp8) {
+        uint32_t w[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(rows[i] + 32 * c + 4 * g);
-      // Code pairs (key 2q, key 2q + 1) and (2q + 8, 2q + 9) for columns 0-1 and 2-3 of the four.
-      const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
-      const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
-      using K = RawFp8K<Tag, HD>;
-      const uint32_t b[4][2] = {{K::Cvt(lo01 & 0xffff), K::Cvt(lo23 & 0xffff)},
-                                {K::Cvt(lo01 >> 16), K::Cvt(lo23 >> 16)},
-                                {K::Cvt(hi01 & 0xffff), K::Cvt(hi23 & 0xffff)},
-                                {K::Cvt(hi01 >> 16), K::Cvt(hi23 >> 16)}};
+        for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(rows[i] + 32 * c + 4 * g);
+        // Code pairs (key 2q, key 2q + 1) and (2q + 8, 2q + 9) for columns 0-1 and 2-3 of the four.
+        const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
+        const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
+        using K = RawFp8K<Tag, HD>;
+        b[0][0] = K::Cvt(lo01 & 0xffff), b[0][1] = K::Cvt(lo23 & 0xffff);
+        b[1][0] = K::Cvt(lo01 >> 16), b[1][1] = K::Cvt(lo23 >> 16);
+        b[2][0] = K::Cvt(hi01 & 0xffff), b[2][1] = K::Cvt(hi23 & 0xffff);
+        b[3][0] = K::Cvt(hi01 >> 16), b[3][1] = K::Cvt(hi23 >> 16);
+      } else if constexpr (std::is_same_v<Tag, Int8Row>) {  // rows 4-byte aligned (IntRegsServe)
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(rows[i] + 32 * c + 4 * g) ^ 0x80808080u;
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {  // keys (2q, 2q + 1), then (2q + 8, 2q + 9)
+          const uint32_t lo = __byte_perm(w[2 * k], w[2 * k + 1], 0x5140), hi = __byte_perm(w[2 * k], w[2 * k + 1], 0x7362);
+          b[0][k] = Int8Pair(lo, 0x4140), b[1][k] = Int8Pair(lo, 0x4342);
+          b[2][k] = Int8Pair(hi, 0x4140), b[3][k] = Int8Pair(hi, 0x4342);
+        }
+      } else {  // int4: two bytes a key (columns 4g..4g + 3, low nibble first)
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint16_t*>(rows[i] + 16 * c + 2 * g);
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const uint32_t x0 = __byte_perm(w[2 * k], w[2 * k + 1], 0x6420);  // (key a byte 0, key b byte 0)
+          const uint32_t x1 = __byte_perm(w[2 * k], w[2 * k + 1], 0x6521);  // byte 1 of each
+          b[0][k] = Int4Pair<false>(x0), b[1][k] = Int4Pair<true>(x0);
+          b[2][k] = Int4Pair<false>(x1), b[3][k] = Int4Pair<true>(x1);
+        }
+      }
 #pragma unroll
       for (int i = 0; i < 4; ++i) Mma<__half>(st.acc[4 * c + i], a, b[i]);
     }
   }
 }
 
-// What O's accumulators are multiplied by to give O: 2^-vexp (AddRawFp8Values).
+// What O's accumulators are multiplied by to give O: 2^-vexp (AddRawValues).
 __device__ __forceinline__ float OScale(int vexp) { return __int_as_float((127 - vexp) << 23); }
 
 // An int8 or int4 raw tile (RawGeometry) into the bf16 rows of `tile`, 8 values a thread at a

@@ -107,6 +107,7 @@ struct TileK {
     b[1] = *reinterpret_cast<const uint32_t*>(row + 16);
   }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
+  static constexpr bool kGrouped = false;
 };
 
 // The first half of a tile of 64 keys (K's fragments from `kf`, the keys from absolute key
@@ -118,16 +119,20 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
                                               float (&s)[8][4]) {
   using Geo = Geometry<HD>;
   const int lane = threadIdx.x & 31, q = lane & 3;
-  // S = Q K^T: eight n-tiles of 8 keys.
+  // S = Q K^T: eight n-tiles of 8 keys (kGrouped sources scale their groups' sums themselves).
+  if constexpr (KFrag::kGrouped) {
+    kf.template Scores<T>(qf, s);
+  } else {
 #pragma unroll
-  for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-  for (int kk = 0; kk < Geo::kKSteps; ++kk) {
+    for (int kk = 0; kk < Geo::kKSteps; ++kk) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      uint32_t b[2];
-      kf.Load(n, kk, b);
-      Mma<T>(s[n], qf[kk], b);
+      for (int n = 0; n < 8; ++n) {
+        uint32_t b[2];
+        kf.Load(n, kk, b);
+        Mma<T>(s[n], qf[kk], b);
+      }
     }
   }
   // Scores in the log2 domain (a quantized K's row scales first), masked; the rows' new maxima.
