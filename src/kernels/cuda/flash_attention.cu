@@ -43,9 +43,10 @@ __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int po
 // one segment); otherwise every segment, merged as the walk goes.
 // kPing: one K and one V buffer instead of two stages of both (half the shared memory, twice
 // the blocks an SM): K of the next tile loads while P V runs, V while the next scores do.
-// KV: the cache's element type (bf16, f16), Int8Row / Int4Row or Fp8KRegs<fp8 row>
-// (RawGeometry): raw K and V buffers (kPing) or two stages of both; int8 and int4 dequantized
-// into one bf16 tile (kPing: K, then V) or two; fp8 read from the raw rows into registers.
+// KV: the cache's element type (bf16, f16), Int8Row / Int4Row (dequantized into one bf16 tile,
+// kPing: K then V, or two), or Fp8KRegs<fp8 row> / IntRegs<int row> (read from the raw rows
+// into registers): quantized rows land raw (RawGeometry) in K and V buffers (kPing) or two
+// stages of both.
 template <int HD, int kWarps, bool kSplit, bool kPing, typename KV>
 __host__ __device__ constexpr int KVSmemBytes() {
   using Geo = Geometry<HD>;
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     if (hi < 0) return;
   }
 
-  // Q as A fragments, rounded to TQ (padding rows: zeros); fp8 K's column order (QKColumn).
+  // Q as A fragments, rounded to TQ (padding rows: zeros); K read in registers: QKColumn's order.
   uint32_t qf[HD / 16][4];
 #pragma unroll
   for (int kk = 0; kk < HD / 16; ++kk) {

@@ -98,7 +98,8 @@ struct RawGeometry {
 };
 
 // The head-dim column of k-step kk's columns 2q + i (i = 0, 1) and 2q + 8 + (i - 2) (i = 2, 3)
-// for fp8 K: 32 (kk / 2) + 8q + 4 (kk % 2) + i, so a thread's four are adjacent bytes of a row.
+// for K read in registers: 32 (kk / 2) + 8q + 4 (kk % 2) + i, so a thread's four are adjacent
+// in a row.
 __device__ __forceinline__ int QKColumn(int kk, int q, int i) { return 32 * (kk >> 1) + 8 * q + 4 * (kk & 1) + i; }
 
 // K's B fragments from a raw fp8 tile (RawGeometry): two codes converted to an f16 pair a
