@@ -97,6 +97,13 @@ struct RawGeometry {
   static_assert(kTileBytes % 16 == 0, "the buffers after a raw tile stay 16-byte aligned");
 };
 
+// Row r of a raw tile: its first byte, past the offset stored after the rows.
+template <typename Tag, int HD>
+__device__ __forceinline__ const uint8_t* RawRow(const uint8_t* raw, int r) {
+  using Raw = RawGeometry<Tag, HD>;
+  return raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r];
+}
+
 // The head-dim column of k-step kk's columns 2q + i (i = 0, 1) and 2q + 8 + (i - 2) (i = 2, 3)
 // for K read in registers: 32 (kk / 2) + 8q + 4 (kk % 2) + i, so a thread's four are adjacent
 // in a row.
@@ -107,10 +114,7 @@ __device__ __forceinline__ int QKColumn(int kk, int q, int i) { return 32 * (kk 
 template <typename Tag, int HD>
 struct RawFp8K {
   const uint8_t* raw;
-  using Raw = RawGeometry<Tag, HD>;
-  __device__ __forceinline__ const uint8_t* Row(int r) const {
-    return raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r];
-  }
+  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
   __device__ __forceinline__ static uint32_t Cvt(uint16_t codes) {
     constexpr __nv_fp8_interpretation_t kInterp = std::is_same_v<Tag, Fp8E4M3Row> ? __NV_E4M3 : __NV_E5M2;
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), kInterp);
@@ -138,11 +142,8 @@ template <typename Tag, int HD>
 struct RawIntK {
   const uint8_t* raw;
   int group;
-  using Raw = RawGeometry<Tag, HD>;
   static constexpr bool kGrouped = true;
-  __device__ __forceinline__ const uint8_t* Row(int r) const {
-    return raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r];
-  }
+  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
   __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const uint8_t* row = Row(n * 8 + g);
@@ -200,12 +201,11 @@ using RawK = std::conditional_t<kFp8Row<Row>, RawFp8K<Row, HD>, RawIntK<Row, HD>
 template <typename Tag, int HD>
 __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s)[8][4], State<HD>& st, int& vexp,
                                              int group) {
-  using Raw = RawGeometry<Tag, HD>;
   constexpr bool kFp8 = kFp8Row<Tag>;
   constexpr int kCode = kCodeBytes<Tag, HD>;
   const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int groups = kFp8 ? 1 : HD / group;
-  auto row = [&](int r) { return raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r]; };
+  auto row = [&](int r) { return RawRow<Tag, HD>(raw, r); };
   auto scale_of = [&](const uint8_t* r, int gi) {
     if constexpr (kFp8) {
       return *reinterpret_cast<const float*>(r + HD);
@@ -303,22 +303,20 @@ __device__ __forceinline__ float OScale(int vexp) { return __int_as_float((127 -
 template <typename Row, int HD, int kThreads>
 __device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile, int scale_group) {
   static_assert(std::is_same_v<Row, Int8Row> || std::is_same_v<Row, Int4Row>, "fp8 rows are read in registers");
-  using Raw = RawGeometry<Row, HD>;
   constexpr int kRuns = HD / 8;
   for (int u = threadIdx.x; u < kKeyTile * kRuns; u += kThreads) {
     const int r = u / kRuns, i = (u % kRuns) * 8;
-    const uint8_t* row = raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r];
+    const uint8_t* row = RawRow<Row, HD>(raw, r);
+    const float s = __half2float(*reinterpret_cast<const __half*>(row + kCodeBytes<Row, HD> + 2 * (i / scale_group)));
     uint32_t out[4];
     if constexpr (std::is_same_v<Row, Int8Row>) {
-      const float s = __half2float(*reinterpret_cast<const __half*>(row + HD + 2 * (i / scale_group)));
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const uint32_t w = *reinterpret_cast<const uint16_t*>(row + i + 2 * j);
         out[j] = PackPair<__nv_bfloat16>(__fmul_rn(static_cast<float>(static_cast<int8_t>(w & 0xff)), s),
                                          __fmul_rn(static_cast<float>(static_cast<int8_t>(w >> 8)), s));
       }
-    } else if constexpr (std::is_same_v<Row, Int4Row>) {  // nibbles q + 8, value 2k low
-      const float s = __half2float(*reinterpret_cast<const __half*>(row + HD / 2 + 2 * (i / scale_group)));
+    } else {  // int4: nibbles q + 8, value 2k low
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const uint32_t w = *reinterpret_cast<const uint16_t*>(row + i / 2 + 2 * j);
