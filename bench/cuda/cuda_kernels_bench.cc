@@ -233,9 +233,11 @@ void BenchPrefillAttentions(CudaBackend& gpu, bool quick) {
       if (!quick || seq != 16384) BenchPrefillAttention(gpu, seq, dim, q, kv, out);
     }
   }
-  // The same prefill over fp8, int8 and int4 caches (the rows written quantized, read raw and converted
-  // in the kernel), d128 at 4K tokens.
-  for (const KVQuant quant : {KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4}) BenchPrefillAttention(gpu, 4096, 128, q, kv, out, quant);
+  // The same prefill over fp8, int8, int4 and nvfp4 caches (the rows written quantized, read raw
+  // and converted in the kernel), d128 at 4K tokens.
+  for (const KVQuant quant : {KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4}) {
+    BenchPrefillAttention(gpu, 4096, 128, q, kv, out, quant);
+  }
 }
 
 // A whole model on the GPU through Model::Forward: prefill of `input` tokens per sequence, then
@@ -430,7 +432,7 @@ void BenchModel(CudaBackend& gpu, const std::string& name, double copy_gbs, bool
   if (!quick && profile_batch == 0 && graphs) BenchLongContextDecode(gpu, *model, name, copy_gbs);
 }
 
-// Batch 64 at 8K-token contexts by KV format (bf16, fp8 e4m3, int8, int4): every layer's cache written
+// Batch 64 at 8K-token contexts by KV format (bf16, fp8 e4m3, int8, int4, nvfp4): every layer's cache written
 // with random rows (a decode's cost does not depend on the values; a prefill of 64 x 8K tokens
 // would take most of the run), then graphed decode steps, against the floor of the weights and
 // the format's K/V bytes.
@@ -438,7 +440,7 @@ void BenchLongContextDecode(CudaBackend& gpu, Model& model, const std::string& n
   const int64_t batch = 64, context = 8192, steps = 16, block = 16;
   const int64_t vocab = model.spec().vocab_size;
   const int64_t per_seq = (context + steps + block - 1) / block;
-  for (const KVQuant quant : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4}) {
+  for (const KVQuant quant : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4}) {
     KVStorageShape shape = model.KVShapeFor(batch * per_seq, block, DType::kBF16);
     shape.quant = quant;
     auto cache = gpu.CreateKVCache(shape);
@@ -533,13 +535,12 @@ int main(int argc, char** argv) {
     BenchDecodeAttention(gpu, 128, 4096, copy);
     BenchDecodeAttention(gpu, 32, 4096, copy);
     BenchDecodeAttention(gpu, 1, 32768, copy);
-    // Quantized KV (fp8 K in registers; V, int8 and int4 dequantized to bf16 tiles) at batch 64, 8K
-    // tokens (and 32K without --quick), against bf16.
-    for (const KVQuant q : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4}) BenchDecodeAttention(gpu, 64, 8192, copy, q);
+    // Quantized KV (fp8, int8 and int4 read in registers, nvfp4 dequantized to bf16 tiles) at
+    // batch 64, 8K tokens (and 32K without --quick), against bf16.
+    constexpr KVQuant kFormats[] = {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4};
+    for (const KVQuant q : kFormats) BenchDecodeAttention(gpu, 64, 8192, copy, q);
     if (!quick) {
-      for (const KVQuant q : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4}) {
-        BenchDecodeAttention(gpu, 64, 32768, copy, q);
-      }
+      for (const KVQuant q : kFormats) BenchDecodeAttention(gpu, 64, 32768, copy, q);
     }
     BenchPrefillAttentions(gpu, quick);
     if (attention_only) return 0;

@@ -176,9 +176,10 @@ std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape)
   s_->graphs->Drop();
   KVCacheSupport support;
   support.wide_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
-  // Per-token fp8, int8 and int4 (kernels/cuda/kv_codec.cuh), with --kv-cache-dtype-skip-layers
-  // and checkpoint scales; nvfp4, kivi2 and the side-pool policies are not on the GPU yet.
-  support.formats = {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4};
+  // Per-token fp8, int8, int4 and nvfp4 (kernels/cuda/kv_codec.cuh), with
+  // --kv-cache-dtype-skip-layers and checkpoint scales; kivi2 and the side-pool policies are not
+  // on the GPU yet.
+  support.formats = {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4};
   support.sink_tokens = support.recent_tokens = support.heavy_tokens = false;
   CheckKVCacheSupport(shape, support, name());
   if (shape.quant != KVQuant::kNone) {
@@ -198,6 +199,11 @@ std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape)
                     "the cuda backend keeps int4 KV for head dims 64 and 128 with --kv-quant-group-size a multiple of 8 "
                     "dividing the head dim (here head dim "
                         << shape.head_dim << ", groups of " << g << "); use --kv-cache-dtype int8 or fp8");
+    }
+    if (shape.quant == KVQuant::kNvfp4) {  // read by FlashAttention only
+      PAGODA_ENSURE((shape.head_dim == 64 || shape.head_dim == 128) && dv == shape.head_dim, ErrorCode::kUnsupported,
+                    "the cuda backend keeps nvfp4 KV for head dims 64 and 128 (here "
+                        << shape.head_dim << "/" << dv << "); use --kv-cache-dtype int8 or fp8");
     }
   }
   return std::make_unique<CudaKVCache>(shape);

@@ -117,6 +117,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{16, 4, 128, DType::kBF16, 0, KVQuant::kInt4, 32},
                       AttentionCase{32, 8, 64, DType::kBF16, 19, KVQuant::kInt4, 16},
                       AttentionCase{16, 3, 128, DType::kBF16, 0, KVQuant::kInt4, 128},
+                      AttentionCase{16, 4, 128, DType::kBF16, 0, KVQuant::kNvfp4},
+                      AttentionCase{32, 8, 64, DType::kBF16, 19, KVQuant::kNvfp4},
                       // ... (G 16; 130-byte int8 rows) and the SIMT kernel (int8 groups of 12).
                       AttentionCase{16, 16, 128, DType::kBF16, 0, KVQuant::kFp8E4M3},
                       AttentionCase{32, 4, 128, DType::kBF16, 0, KVQuant::kInt8, 128},
@@ -207,7 +209,7 @@ TEST_F(CudaOpsTest, LongContextSplitsMatchCpuAndDoNotDependOnTheBatch) {
 // decoded together (150 tokens: narrow), then three of them decoded alone (split: a block per
 // segment and a merge); a 200-token chunk recomputed on its own (wide, other block boundaries)
 // equals the same tokens inside the full prefill. Against the CPU within the bf16 tolerance. For
-// bf16 rows and for fp8, int8 and int4 rows (converted in the kernel).
+// bf16 rows and for fp8, int8, int4 and nvfp4 rows (converted in the kernel).
 TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
   const int64_t kv_heads = 2, heads = 8, hd = 128, bs = 16, num_seqs = 150;
   std::vector<int64_t> lengths, prompt;
@@ -217,8 +219,7 @@ TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
   }
   StepCase c;
   MakeTables(lengths, bs, 13, &c);
-  // bf16 rows, and fp8 and int8 rows dequantized to bf16 tiles in the kernel.
-  for (const KVQuant quant : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4}) {
+  for (const KVQuant quant : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4}) {
     SCOPED_TRACE(KVQuantName(quant));
     KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
     shape.quant = quant;

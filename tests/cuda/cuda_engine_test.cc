@@ -137,11 +137,11 @@ TEST_F(CudaEngineTest, PreemptionUnderATinyCacheLosesNothing) {
   }
 }
 
-// fp8, int8 and int4 KV, quantized on the device and read by FlashAttention (converted in the
+// fp8, int8, int4 and nvfp4 KV, quantized on the device and read by FlashAttention (converted in the
 // kernel): 16 concurrent requests (decode graphs, mixed prefill/decode steps) give the tokens
 // each gets alone.
 TEST_F(CudaEngineTest, QuantizedKVRequestsGetTheirAloneOutputs) {
-  for (const KVCacheDType dtype : {KVCacheDType::kFp8E4M3, KVCacheDType::kInt8, KVCacheDType::kInt4}) {
+  for (const KVCacheDType dtype : {KVCacheDType::kFp8E4M3, KVCacheDType::kInt8, KVCacheDType::kInt4, KVCacheDType::kNvfp4}) {
     SCOPED_TRACE(KVCacheDTypeName(dtype));
     const EngineConfig c = testing::SmallEngineConfig(512, 16, false, 4096, dtype);
     const auto specs = Specs(16, 40, 24, false);

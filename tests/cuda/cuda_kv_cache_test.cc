@@ -22,8 +22,8 @@ namespace {
 
 // The device quantizes K/V rows to the CPU codec's bytes exactly (kv/kv_codec.h): fp8 e4m3 and
 // e5m2 with per-token scales and with a checkpoint scale (values beyond it saturate), int8 with
-// groups of 32 and 12, int4 with groups of 32 and 8; rows of ordinary values, zeros, one huge
-// outlier and tiny values; a skipped layer stays bf16.
+// groups of 32 and 12, int4 with groups of 32 and 8, nvfp4 without and with a tensor scale; rows
+// of ordinary values, zeros, one huge outlier and tiny values; a skipped layer stays bf16.
 TEST_F(CudaOpsTest, QuantizedKVWritesTheCpuBytes) {
   const int64_t bs = 16, kv_heads = 2, hd = 64, n = 2 * bs;
   struct Case {
@@ -34,7 +34,8 @@ TEST_F(CudaOpsTest, QuantizedKVWritesTheCpuBytes) {
   for (const Case& q : {Case{KVQuant::kFp8E4M3, 32, 0.0f}, Case{KVQuant::kFp8E5M2, 32, 0.0f},
                         Case{KVQuant::kFp8E4M3, 32, 0.01f}, Case{KVQuant::kInt8, 32, 0.0f},
                         Case{KVQuant::kInt8, 12, 0.0f}, Case{KVQuant::kInt4, 32, 0.0f},
-                        Case{KVQuant::kInt4, 8, 0.0f}}) {
+                        Case{KVQuant::kInt4, 8, 0.0f}, Case{KVQuant::kNvfp4, 16, 0.0f},
+                        Case{KVQuant::kNvfp4, 16, 0.37f}}) {
     SCOPED_TRACE(std::string(KVQuantName(q.quant)) + " group " + std::to_string(q.group) + " scale " +
                  std::to_string(q.tensor_scale));
     KVStorageShape shape = CacheShape(2, 3, bs, kv_heads, hd, DType::kBF16);
@@ -78,7 +79,7 @@ TEST_F(CudaOpsTest, QuantizedKVWritesTheCpuBytes) {
           }
           std::string around;
           for (int64_t i = std::max<int64_t>(0, first_diff - 4); first_diff >= 0 && i < std::min(bytes, first_diff + 8); ++i) {
-            around += " " + std::to_string(cpu[i]) + "/" + std::to_string(gpu[i]);
+            around.append(" ").append(std::to_string(cpu[i])).append("/").append(std::to_string(gpu[i]));
           }
           EXPECT_EQ(first_diff, -1) << "layer " << l << (value ? " V" : " K") << " block " << block << ": byte "
                                     << first_diff << " of " << bytes << " (row bytes " << KVRowBytes(f)
@@ -109,9 +110,13 @@ TEST_F(CudaOpsTest, RefusesUnsupportedKVFormatsAndPoliciesByName) {
   mla_fp8.quant = KVQuant::kFp8E4M3;
   mla_fp8.quantize_v = false;
   EXPECT_NE(refused(mla_fp8).find("MLA"), std::string::npos);
-  KVStorageShape nvfp4 = shape;
-  nvfp4.quant = KVQuant::kNvfp4;
-  EXPECT_NE(refused(nvfp4).find("nvfp4"), std::string::npos);
+  KVStorageShape kivi2 = shape;
+  kivi2.quant = KVQuant::kKivi2;
+  EXPECT_NE(refused(kivi2).find("kivi2"), std::string::npos);
+  KVStorageShape nvfp4_d96 = shape;  // nvfp4 head dims FlashAttention does not take
+  nvfp4_d96.quant = KVQuant::kNvfp4;
+  nvfp4_d96.head_dim = 96;
+  EXPECT_NE(refused(nvfp4_d96).find("nvfp4"), std::string::npos);
   KVStorageShape int4_g12 = shape;  // int4 groups FlashAttention does not take
   int4_g12.quant = KVQuant::kInt4;
   int4_g12.group_size = 12;
@@ -123,7 +128,7 @@ TEST_F(CudaOpsTest, RefusesUnsupportedKVFormatsAndPoliciesByName) {
   heavy.heavy_tokens = 2;
   EXPECT_NE(refused(heavy).find("--kv-heavy-tokens"), std::string::npos);
   EXPECT_NO_THROW(gpu_->CreateKVCache(shape));
-  for (const KVQuant q : {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4}) {
+  for (const KVQuant q : {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4}) {
     KVStorageShape s = shape;
     s.quant = q;
     s.wide_layers = {0};

@@ -94,7 +94,8 @@ __device__ void WriteRow(const AttentionInputsParams& p, int64_t t, int64_t h, f
     case KVQuant::kFp8E4M3:
     case KVQuant::kFp8E5M2:
     case KVQuant::kInt8:
-    case KVQuant::kInt4: {
+    case KVQuant::kInt4:
+    case KVQuant::kNvfp4: {
       uint8_t* out = static_cast<uint8_t*>(cache) + (slot * hk + head) * DeviceKVRowBytes(f);
       if (f.quant == KVQuant::kFp8E4M3) {
         QuantizeFp8Row<Fp8E4M3Row>(row, out, d, f.tensor_scale);
@@ -102,8 +103,10 @@ __device__ void WriteRow(const AttentionInputsParams& p, int64_t t, int64_t h, f
         QuantizeFp8Row<Fp8E5M2Row>(row, out, d, f.tensor_scale);
       } else if (f.quant == KVQuant::kInt8) {
         QuantizeInt8Row(row, out, d, static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim));
-      } else {
+      } else if (f.quant == KVQuant::kInt4) {
         QuantizeInt4Row(row, out, d, static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim));
+      } else {
+        QuantizeNvfp4Row(row, out, d, f.tensor_scale);
       }
       return;
     }
@@ -188,7 +191,7 @@ void WriteAttentionInputs(const AttentionInputsParams& p, cudaStream_t stream) {
   PAGODA_CHECK(p.k_format.quant == p.v_format.quant) << "WriteAttentionInputs: K and V in different formats";
   PAGODA_CHECK(p.k_format.quant == KVQuant::kNone || p.k_format.quant == KVQuant::kFp8E4M3 ||
                p.k_format.quant == KVQuant::kFp8E5M2 || p.k_format.quant == KVQuant::kInt8 ||
-               p.k_format.quant == KVQuant::kInt4)
+               p.k_format.quant == KVQuant::kInt4 || p.k_format.quant == KVQuant::kNvfp4)
       << "WriteAttentionInputs: KV format " << KVQuantName(p.k_format.quant);
   PAGODA_CHECK(p.k_format.quant != KVQuant::kNone || p.dtype == DType::kF32 || p.dtype == DType::kBF16 ||
                p.dtype == DType::kF16)

@@ -31,7 +31,8 @@ struct KernelArgs {
   int group;
   int tokens_per_warp;
   int k_row_bytes, v_row_bytes;  // a (token, KV head) row of the cache
-  int k_scale_group, v_scale_group;  // int8: values per scale
+  int k_scale_group, v_scale_group;  // int8, int4: values per scale
+  float k_global, v_global;          // nvfp4: the tensor scales (1 when the format's is 0)
 };
 
 __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int pos) {
@@ -43,31 +44,36 @@ __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int po
 // one segment); otherwise every segment, merged as the walk goes.
 // kPing: one K and one V buffer instead of two stages of both (half the shared memory, twice
 // the blocks an SM): K of the next tile loads while P V runs, V while the next scores do.
-// KV: the cache's element type (bf16, f16), Int8Row / Int4Row (dequantized into one bf16 tile,
-// kPing: K then V, or two), or Fp8KRegs<fp8 row> / IntRegs<int row> (read from the raw rows
-// into registers): quantized rows land raw (RawGeometry) in K and V buffers (kPing) or two
+// KV: the cache's element type (bf16, f16), Int8Row / Int4Row / Nvfp4Row (dequantized into one
+// bf16 tile, kPing: K then V, or two), or Fp8KRegs<fp8 row> / IntRegs<int row> (read from the
+// raw rows into registers): quantized rows land raw (RawGeometry) in K and V buffers (kPing) or two
 // stages of both.
 template <int HD, int kWarps, bool kSplit, bool kPing, typename KV>
 __host__ __device__ constexpr int KVSmemBytes() {
   using Geo = Geometry<HD>;
   if constexpr (kQuantKV<KV>) {
-    // Raw K and V (two stages unless kPing); int8 and int4: one bf16 tile (kPing) or two.
+    // Raw K and V (two stages unless kPing); dequantized int8 and int4: one bf16 tile (kPing) or
+    // two; read in registers: the wide shape's K and V fragment tiles (BuildFragments).
     constexpr bool kKRegs = KVKind<KV>::kKRegs;
     constexpr int raw = RawGeometry<typename KVKind<KV>::Row, HD>::kTileBytes;
-    return (kPing ? 2 * raw : 4 * raw) + (kKRegs ? 0 : kPing ? 1 : 2) * Geo::kTileBytes;
+    return (kPing ? 2 * raw : 4 * raw) + (kKRegs ? (kWarps > 1 ? 2 : 0) : kPing ? 1 : 2) * Geo::kTileBytes;
   } else {
     return kPing ? Geo::kStageBytes : Geo::kPipelineBytes;
   }
 }
 
-template <typename KV, int HD, int kWarps, bool kSplit, bool kPing>
+// kRows8: the warp's rows 8-15 are padding (one token a warp, at most 8 query heads a KV head:
+// decode), so they are not computed (flash_tile.cuh); the same bits for rows 0-7.
+template <typename KV, int HD, int kWarps, bool kSplit, bool kPing, bool kRows8>
 __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a) {
   using Geo = Geometry<HD>;
   using Row = typename KVKind<KV>::Row;
   constexpr bool kKRegs = KVKind<KV>::kKRegs;
+  constexpr bool kFragTiles = kKRegs && kWarps > 1;  // the wide shape builds a tile's fragments once
   using T = MmaType<KV>;                                      // P V (and Q K^T)
   using TQ = std::conditional_t<kKRegs, __half, T>;           // Q K^T
   constexpr bool kQuant = kQuantKV<KV>;
+  constexpr int kH = kRows8 ? 1 : 2;  // the thread's rows computed: g, and g + 8 unless kRows8
   constexpr int kKVBytes = KVSmemBytes<HD, kWarps, kSplit, kPing, KV>();
   constexpr int kThreads = kWarps * 32;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -242,9 +248,9 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   bool merged[2] = {false, false};
   float* o_s = reinterpret_cast<float*>(smem + kKVBytes) + tid;
   auto flush = [&](const bool (&now)[2]) {  // every lane calls it (the quad sums)
-    const float l_total[2] = {QuadSum(st.l[0]), QuadSum(st.l[1])};
+    const float l_total[2] = {QuadSum(st.l[0]), kRows8 ? 0.0f : QuadSum(st.l[1])};
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < kH; ++h) {
       if (!now[h]) continue;
       if (rows.valid[h] && st.m[h] != -INFINITY) {
         if (!merged[h]) {
@@ -318,32 +324,32 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       CpAsyncWait<1>();  // K of tile j (V of tile j may still be in flight)
       barrier();
       if constexpr (kKRegs) {
-        if (active) ScoreTileFrom<TQ, HD>(RawK<Row, HD>{kb, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
+        if (active) ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{kb, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
       } else if constexpr (kQuant) {
-        DequantizeTile<Row, HD, kThreads>(kb, tile, a.k_scale_group);
+        DequantizeTile<Row, HD, kThreads>(kb, tile, a.k_scale_group, a.k_global);
       } else {
-        if (active) ScoreTile<T, HD>(kb, tile_start, qf, rows, a.scale_log2, mask, st, s);
+        if (active) ScoreTile<T, HD, kRows8>(kb, tile_start, qf, rows, a.scale_log2, mask, st, s);
       }
       barrier();  // K read: the next tile's K may overwrite it
       if (j < tile_hi) load_kb(j + 1);
       CpAsyncCommit();
       if constexpr (kQuant && !kKRegs) {
-        if (active) ScoreTile<T, HD>(tile, tile_start, qf, rows, a.scale_log2, mask, st, s);
+        if (active) ScoreTile<T, HD, kRows8>(tile, tile_start, qf, rows, a.scale_log2, mask, st, s);
       }
       CpAsyncWait<1>();  // V of tile j
       barrier();         // (and the scores have read the tile)
       if constexpr (kQuant && !kKRegs) {
-        DequantizeTile<Row, HD, kThreads>(vb, tile, a.v_scale_group);
+        DequantizeTile<Row, HD, kThreads>(vb, tile, a.v_scale_group, a.v_global);
         barrier();
         if (j < tile_hi) load_vb(j + 1);
         CpAsyncCommit();
-        if (active) AddValues<T, HD>(tile, s, st);
+        if (active) AddValues<T, HD, kRows8>(tile, s, st);
         barrier();
       } else {
         if constexpr (kKRegs) {
-          if (active) AddRawValues<Row, HD>(vb, s, st, vexp, a.v_scale_group);
+          if (active) AddRawValues<Row, HD, kRows8>(vb, s, st, vexp, a.v_scale_group);
         } else {
-          if (active) AddValues<T, HD>(vb, s, st);
+          if (active) AddValues<T, HD, kRows8>(vb, s, st);
         }
         barrier();
         if (j < tile_hi) load_vb(j + 1);
@@ -352,8 +358,9 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       end_tile(j);
     }
   } else {
-    // Two stages of K and V (quantized caches: raw rows; int8 and int4 then the bf16 K and V
-    // tiles they are converted into).
+    // Two stages of K and V (quantized caches: raw rows; dequantized int8 and int4 then the bf16
+    // K and V tiles they are converted into; the wide shape's rows read in registers, their K and V
+    // fragment tiles).
     constexpr int kStage = kQuant ? 2 * Raw::kTileBytes : Geo::kStageBytes;
     uint8_t* kt = smem + 2 * kStage;
     uint8_t* vt = kt + Geo::kTileBytes;
@@ -375,24 +382,33 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       barrier();
       if constexpr (kQuant && !kKRegs) {
         const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
-        DequantizeTile<Row, HD, kThreads>(r, kt, a.k_scale_group);
-        DequantizeTile<Row, HD, kThreads>(r + Raw::kTileBytes, vt, a.v_scale_group);
+        DequantizeTile<Row, HD, kThreads>(r, kt, a.k_scale_group, a.k_global);
+        DequantizeTile<Row, HD, kThreads>(r + Raw::kTileBytes, vt, a.v_scale_group, a.v_global);
+        barrier();
+      } else if constexpr (kFragTiles) {
+        const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
+        BuildFragments<Row, HD, kWarps>(r, r + Raw::kTileBytes, a.k_scale_group, kt, vt);
         barrier();
       }
       const int tile_start = j * kKeyTile;
       if (tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo) {
         const uint8_t* ks = smem + ((j - tile_lo) & 1) * kStage;
         const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
-        if constexpr (kKRegs) {
+        if constexpr (kFragTiles) {
           float s[8][4];
-          ScoreTileFrom<TQ, HD>(RawK<Row, HD>{ks, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
-          AddRawValues<Row, HD>(ks + Raw::kTileBytes, s, st, vexp, a.v_scale_group);
+          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD, true>{ks, a.k_scale_group, kt}, tile_start, qf, rows, a.scale_log2, mask,
+                                st, s);
+          AddRawValues<Row, HD, kRows8, true>(ks + Raw::kTileBytes, s, st, vexp, a.v_scale_group, vt);
+        } else if constexpr (kKRegs) {
+          float s[8][4];
+          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{ks, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
+          AddRawValues<Row, HD, kRows8>(ks + Raw::kTileBytes, s, st, vexp, a.v_scale_group);
         } else if constexpr (kQuant) {
           float s[8][4];
-          ScoreTile<T, HD>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);
-          AddValues<T, HD>(vt, s, st);
+          ScoreTile<T, HD, kRows8>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);
+          AddValues<T, HD, kRows8>(vt, s, st);
         } else {
-          AttendTile<T, HD>(ks, ks + Geo::kTileBytes, tile_start, qf, rows, a.scale_log2, mask, st);
+          AttendTile<T, HD, kRows8>(ks, ks + Geo::kTileBytes, tile_start, qf, rows, a.scale_log2, mask, st);
         }
       }
       barrier();  // the stage (and tiles) are read before the tile after next overwrites them
@@ -401,9 +417,9 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   }
 
   if constexpr (kSplit) {
-    const float l_total[2] = {QuadSum(st.l[0]), QuadSum(st.l[1])};
+    const float l_total[2] = {QuadSum(st.l[0]), kRows8 ? 0.0f : QuadSum(st.l[1])};
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < kH; ++h) {
       if (!rows.valid[h]) continue;
       if (num_segments == 1) {
         float* out = p.out + out_rows[h] * HD;
@@ -429,7 +445,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     const bool all[2] = {true, true};
     flush(all);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < kH; ++h) {
       if (!rows.valid[h]) continue;
       float* out = p.out + out_rows[h] * HD;
 #pragma unroll
@@ -475,14 +491,14 @@ void AllowSmem(Kernel kernel, int bytes, uint32_t* devices_done) {
   *devices_done |= bit;
 }
 
-template <typename KV, int HD, int kWarps, bool kSplit, bool kPing>
+template <typename KV, int HD, int kWarps, bool kSplit, bool kPing, bool kRows8 = false>
 void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream) {
   using Geo = Geometry<HD>;
   constexpr int kSmem =
       KVSmemBytes<HD, kWarps, kSplit, kPing, KV>() + (kSplit ? 0 : Geo::kOutFloats * kWarps * 32 * 4);
   static uint32_t devices_done = 0;
-  AllowSmem(FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing>, kSmem, &devices_done);
-  FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing><<<grid, kWarps * 32, kSmem, stream>>>(a);
+  AllowSmem(FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing, kRows8>, kSmem, &devices_done);
+  FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing, kRows8><<<grid, kWarps * 32, kSmem, stream>>>(a);
   PAGODA_CUDA_CHECK_LAUNCH("FlashAttentionKernel");
 }
 
@@ -493,6 +509,25 @@ void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream) {
 // second stage (batch 1, context 32768: 2027 GB/s, 1363 with ping buffers). The same bits
 // either way.
 bool UsePing(int64_t blocks) { return blocks > 3 * static_cast<int64_t>(SmCount()); }
+
+// The one-warp (decode) shapes, one token a warp. Over unquantized caches with head dim 128 a
+// warp with at most 8 query rows (G <= 8) skips rows 8-15 (kRows8: 222 -> 168 registers, three
+// warps a scheduler instead of two; H200, 32 query / 8 KV heads: batch 128, context 4096, 600 ->
+// 582 us). The quantized caches keep all 16: ptxas then holds their register paths at 154-168
+// registers and they ran slower (batch 64, context 8192: fp8 452 -> 468 us, int8 784 -> 1008);
+// so does head dim 64, where ptxas capped kRows8 kernels at 96 registers with 122 bytes of
+// spills.
+template <typename KV, int HD, bool kSplit>
+void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t stream) {
+  if constexpr (!kQuantKV<KV> && HD == 128) {
+    if (a.group <= 8) {
+      ping ? LaunchKernel<KV, HD, 1, kSplit, true, true>(a, grid, stream)
+           : LaunchKernel<KV, HD, 1, kSplit, false, true>(a, grid, stream);
+      return;
+    }
+  }
+  ping ? LaunchKernel<KV, HD, 1, kSplit, true>(a, grid, stream) : LaunchKernel<KV, HD, 1, kSplit, false>(a, grid, stream);
+}
 
 template <typename KV, int HD>
 void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
@@ -508,17 +543,16 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
   a.v_row_bytes = static_cast<int>(DeviceKVRowBytes(p.v_format));
   a.k_scale_group = static_cast<int>(std::min<int64_t>(p.k_format.group, HD));
   a.v_scale_group = static_cast<int>(std::min<int64_t>(p.v_format.group, HD));
+  a.k_global = p.k_format.tensor_scale > 0.0f ? p.k_format.tensor_scale : 1.0f;
+  a.v_global = p.v_format.tensor_scale > 0.0f ? p.v_format.tensor_scale : 1.0f;
   const unsigned kv = static_cast<unsigned>(p.num_kv_heads);
   switch (shape) {
     case FlashShape::kSplit: {
       const int depth = FlashSplitDepth(max_keys);
       a.tokens_per_warp = 1;
       const dim3 grid(static_cast<unsigned>(p.num_tokens), kv, static_cast<unsigned>(depth));
-      if (UsePing(p.num_tokens * p.num_kv_heads * depth)) {
-        LaunchKernel<KV, HD, 1, true, true>(a, grid, stream);
-      } else {
-        LaunchKernel<KV, HD, 1, true, false>(a, grid, stream);
-      }
+      const bool ping = UsePing(p.num_tokens * p.num_kv_heads * depth);
+      LaunchOneWarp<KV, HD, true>(a, grid, ping, stream);
       if (depth > 1) {
         FlashMergeKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
                                stream>>>(p, scratch);
@@ -526,14 +560,13 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
       }
       return;
     }
-    case FlashShape::kNarrow:
+    case FlashShape::kNarrow: {
       a.tokens_per_warp = 1;
-      if (UsePing(p.num_tokens * p.num_kv_heads)) {
-        LaunchKernel<KV, HD, 1, false, true>(a, dim3(static_cast<unsigned>(p.num_tokens), kv), stream);
-      } else {
-        LaunchKernel<KV, HD, 1, false, false>(a, dim3(static_cast<unsigned>(p.num_tokens), kv), stream);
-      }
+      const bool ping = UsePing(p.num_tokens * p.num_kv_heads);
+      const dim3 grid(static_cast<unsigned>(p.num_tokens), kv);
+      LaunchOneWarp<KV, HD, false>(a, grid, ping, stream);
       return;
+    }
     case FlashShape::kWide:
       a.items = items;
       LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream);
@@ -566,6 +599,7 @@ bool FlashAttentionSupports(const PagedAttentionParams& p) {
       break;
     case KVQuant::kFp8E4M3:
     case KVQuant::kFp8E5M2:
+    case KVQuant::kNvfp4:
       break;
     case KVQuant::kInt8:  // scale groups of 8k values that divide the head dim
     case KVQuant::kInt4:
@@ -641,6 +675,7 @@ void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max
       return IntRegsServe(p) ? run.template operator()<IntRegs<Int8Row>>() : run.template operator()<Int8Row>();
     case KVQuant::kInt4:
       return IntRegsServe(p) ? run.template operator()<IntRegs<Int4Row>>() : run.template operator()<Int4Row>();
+    case KVQuant::kNvfp4: return run.template operator()<Nvfp4Row>();
     default:
       if (p.kv_dtype == DType::kBF16) return run.template operator()<__nv_bfloat16>();
       return run.template operator()<__half>();

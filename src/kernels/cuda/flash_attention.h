@@ -1,10 +1,10 @@
 // Paged attention on tensor cores: FlashAttention-2-style tiles (mma.sync m16n8k16) over a
-// bf16 or f16 KV cache, or an fp8 (e4m3, e5m2), int8 or int4 one (rows copied raw and converted in
-// registers, or for some int8/int4 scale groups in shared memory: flash_quant.cuh), for head dims
-// 64 and 128, up to 16 query heads per KV head and power-of-two block sizes; the contract of
-// kernels/params/attention_params.h (the grouped SIMT kernel in paged_attention.cu serves the
-// other shapes, f32 caches and int8 groups that are not 8k values dividing the head dim; int4
-// runs here only).
+// bf16 or f16 KV cache, or an fp8 (e4m3, e5m2), int8, int4 or nvfp4 one (rows copied raw and
+// converted in registers, or for nvfp4 and some int8/int4 scale groups in shared memory:
+// flash_quant.cuh), for head dims 64 and 128, up to 16 query heads per KV head and power-of-two
+// block sizes; the contract of kernels/params/attention_params.h (the grouped SIMT kernel in
+// paged_attention.cu serves the other shapes, f32 caches and int8 groups that are not 8k values
+// dividing the head dim; int4 and nvfp4 run here only).
 //
 // A warp computes 16 query rows: the G query heads of one KV head for 16 / G consecutive
 // tokens of one sequence (GQA packing: the group shares every K/V read). Q is rounded to a
@@ -44,9 +44,9 @@ struct FlashWorkItem {
   int32_t num_tokens = 0;
 };
 
-// Whether FlashAttention serves `p` (bf16/f16 cache, or K and V both fp8 or both int8 or int4 with
-// scale groups of 8k values dividing the head dim, 16-byte aligned; head dim 64 or 128, group
-// size <= 16, power-of-two block size).
+// Whether FlashAttention serves `p` (bf16/f16 cache, or K and V both fp8, both nvfp4, or both
+// int8 or int4 with scale groups of 8k values dividing the head dim, 16-byte aligned; head dim 64
+// or 128, group size <= 16, power-of-two block size).
 bool FlashAttentionSupports(const PagedAttentionParams& p);
 
 // Steps of at most this many tokens run split; scratch holds their partial states.

@@ -1,6 +1,6 @@
-// FlashAttention over quantized KV rows (fp8 e4m3/e5m2, int8, int4): the raw tiles they land in,
-// K's and V's fragments converted from them in registers, and int8 and int4's conversion into bf16
-// tiles for scale groups the register path does not take.
+// FlashAttention over quantized KV rows (fp8 e4m3/e5m2, int8, int4, nvfp4): the raw tiles they
+// land in, K's and V's fragments converted from them in registers, and the conversion into bf16
+// tiles for nvfp4 and for int8 and int4 scale groups the register path does not take.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,9 +28,9 @@ namespace pagoda::cuda::flash {
 //         to f16, exact), each key's scale (times the tile's power of two) multiplying P before
 //         P is rounded to f16. No bf16 tile: the raw K and V buffers are all the shared memory a
 //         warp needs.
-//   Other int8/int4 groups: the tile is dequantized into bf16 rows (DequantizeTile; Geometry:
-//         code x scale in f32, as the CPU codec dequantizes, rounded to bf16) and the products
-//         run as for a bf16 cache.
+//   nvfp4 (E2M1 nibbles, an e4m3 scale per 16 values) and other int8/int4 groups: the tile is
+//         dequantized into bf16 rows (DequantizeTile; Geometry: code x scale in f32, as the CPU
+//         codec dequantizes, rounded to bf16) and the products run as for a bf16 cache.
 template <typename Tag>
 struct Fp8KRegs {};
 template <typename Tag>
@@ -54,7 +54,7 @@ template <typename Row>
 inline constexpr bool kFp8Row = std::is_same_v<Row, Fp8E4M3Row> || std::is_same_v<Row, Fp8E5M2Row>;
 // Bytes of codes before a row's scales.
 template <typename Row, int HD>
-inline constexpr int kCodeBytes = std::is_same_v<Row, Int4Row> ? HD / 2 : HD;
+inline constexpr int kCodeBytes = std::is_same_v<Row, Int4Row> || std::is_same_v<Row, Nvfp4Row> ? HD / 2 : HD;
 
 // Integer codes to exact f16 pairs with integer operations and one f16 instruction: a byte u
 // below an f16 exponent byte 0x64 is 1024 + u.
@@ -88,10 +88,11 @@ using MmaType = std::conditional_t<kQuantKV<KV>, __nv_bfloat16, KV>;
 template <typename KV, int HD>
 struct RawGeometry {
   // The largest row (int8 with groups of 8: d / 4 bytes of scales) plus the most a row can start
-  // past a 16-byte boundary.
-  static constexpr int kRowBytes = std::is_same_v<KV, Int8Row>   ? HD + HD / 4 + 16
-                                   : std::is_same_v<KV, Int4Row> ? HD / 2 + HD / 4 + 16
-                                                                 : HD + 16;
+  // past a 16-byte boundary (nvfp4: rounded up to whole 16-byte pieces).
+  static constexpr int kRowBytes = std::is_same_v<KV, Int8Row>    ? HD + HD / 4 + 16
+                                   : std::is_same_v<KV, Int4Row>  ? HD / 2 + HD / 4 + 16
+                                   : std::is_same_v<KV, Nvfp4Row> ? (HD / 2 + HD / 16 + 15 + 15) / 16 * 16
+                                                                  : HD + 16;
   static constexpr int kChunks = kRowBytes / 16;
   static constexpr int kTileBytes = kKeyTile * kRowBytes + kKeyTile;  // rows, then their offsets
   static_assert(kTileBytes % 16 == 0, "the buffers after a raw tile stay 16-byte aligned");
@@ -109,9 +110,29 @@ __device__ __forceinline__ const uint8_t* RawRow(const uint8_t* raw, int r) {
 // in a row.
 __device__ __forceinline__ int QKColumn(int kk, int q, int i) { return 32 * (kk >> 1) + 8 * q + 4 * (kk & 1) + i; }
 
+// The wide shape's fragment tiles (more than one warp a block, kTile sources): the B fragments
+// of a raw tile built once, by the block's warps in turn, with the one-warp shapes' own
+// functions, and stored as each lane holds them, so every warp reads its fragments with one
+// conflict-free 8- or 16-byte load instead of converting the whole tile itself: the same f16
+// values in the same products, so the same bits as the one-warp shapes. K's fragment (n, kk) of
+// a lane at FragK; V's four fragment pairs of k-step kk and 32-column block c at FragV (two
+// 16-byte halves, each contiguous over the lanes). Scales stay in the raw rows.
+template <int HD>
+__device__ __forceinline__ int FragK(int n, int kk, int lane) { return ((n * (HD / 16) + kk) * 32 + lane) * 8; }
+template <int HD>
+__device__ __forceinline__ int FragV(int kk, int c, int half, int lane) {
+  return (((kk * (HD / 32) + c) * 2 + half) * 32 + lane) * 16;
+}
+template <int HD>
+__device__ __forceinline__ void FragKLoad(const uint8_t* frags, int n, int kk, uint32_t (&b)[2]) {
+  const uint2 v = *reinterpret_cast<const uint2*>(frags + FragK<HD>(n, kk, threadIdx.x & 31));
+  b[0] = v.x;
+  b[1] = v.y;
+}
+
 // K's B fragments from a raw fp8 tile (RawGeometry): two codes converted to an f16 pair a
 // register (exact), each key's row scale applied to its scores.
-template <typename Tag, int HD>
+template <typename Tag, int HD, bool kTile = false>
 struct RawFp8K {
   const uint8_t* raw;
   __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
@@ -123,6 +144,7 @@ struct RawFp8K {
   // One 4-byte read a fragment: k-step kk's rows 2q, 2q + 1 and 2q + 8, 2q + 9 are head-dim
   // columns QKColumn(kk, q, 0..3) (Q's fragments use the same order; rows start 4-byte aligned).
   __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
+    if constexpr (kTile) return FragKLoad<HD>(frags, n, kk, b);
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const uint32_t w = *reinterpret_cast<const uint32_t*>(Row(n * 8 + g) + QKColumn(kk, q, 0));
     b[0] = Cvt(static_cast<uint16_t>(w & 0xffff));
@@ -132,19 +154,22 @@ struct RawFp8K {
     return __fmul_rn(x, *reinterpret_cast<const float*>(Row(n * 8 + 2 * (threadIdx.x & 3) + j) + HD));
   }
   static constexpr bool kGrouped = false;
-  int group;  // unused (one scale a row)
+  int group;             // unused (one scale a row)
+  const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
 };
 
 // K's scores from a raw int8 or int4 tile (QKColumn's order, as fp8): the codes to exact f16
 // pairs, Q K^T summed a scale group at a time (groups of 32k values: 2k k-steps) and each group's
 // sum times its f16 scale added in f32 (kGrouped: Scores replaces Load and Scale).
-template <typename Tag, int HD>
+template <typename Tag, int HD, bool kTile = false>
 struct RawIntK {
   const uint8_t* raw;
   int group;
+  const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
   static constexpr bool kGrouped = true;
   __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
   __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
+    if constexpr (kTile) return FragKLoad<HD>(frags, n, kk, b);
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const uint8_t* row = Row(n * 8 + g);
     if constexpr (std::is_same_v<Tag, Int8Row>) {  // rows 4-byte aligned (IntRegsServe)
@@ -158,7 +183,7 @@ struct RawIntK {
     }
   }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }  // Scores scaled it
-  template <typename T>
+  template <typename T, bool kRows8>
   __device__ __forceinline__ void Scores(const uint32_t (&qf)[HD / 16][4], float (&s)[8][4]) const {
     const int q = threadIdx.x & 3, steps = group / 16;
 #pragma unroll
@@ -170,11 +195,11 @@ struct RawIntK {
         if (kk % steps == 0) part[0] = part[1] = part[2] = part[3] = 0.0f;
         uint32_t b[2];
         Load(n, kk, b);
-        Mma<T>(part, qf[kk], b);
+        MmaRows<T, kRows8>(part, qf[kk], b);
         if ((kk + 1) % steps == 0) {
           const int gi = kk / steps;
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
+          for (int i = 0; i < (kRows8 ? 2 : 4); ++i) {
             const float sc = __half2float(*reinterpret_cast<const __half*>(srow[i & 1] + 2 * gi));
             s[n][i] = gi == 0 ? __fmul_rn(part[i], sc) : __fmaf_rn(part[i], sc, s[n][i]);
           }
@@ -183,8 +208,84 @@ struct RawIntK {
     }
   }
 };
-template <typename Row, int HD>
-using RawK = std::conditional_t<kFp8Row<Row>, RawFp8K<Row, HD>, RawIntK<Row, HD>>;
+template <typename Row, int HD, bool kTile = false>
+using RawK = std::conditional_t<kFp8Row<Row>, RawFp8K<Row, HD, kTile>, RawIntK<Row, HD, kTile>>;
+
+// V's B fragments for k-step kk's keys `rows` (2q, 2q + 1, 2q + 8, 2q + 9 of the thread's quad)
+// and the 32-column block c, in OutColumn's order: b[i] is n-tile 4c + i's fragment (its column
+// n: head-dim column 32c + 4n + i). A thread reads 4 columns of each of its 4 keys and pairs them
+// with byte permutes; codes to exact f16 values.
+template <typename Tag, int HD>
+__device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4], int c, uint32_t (&b)[4][2]) {
+  constexpr bool kFp8 = kFp8Row<Tag>;
+  const int g = (threadIdx.x & 31) >> 2;
+  if constexpr (kFp8) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(rows[i] + 32 * c + 4 * g);
+    // Code pairs (key 2q, key 2q + 1) and (2q + 8, 2q + 9) for columns 0-1 and 2-3 of the four.
+    const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
+    const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
+    using K = RawFp8K<Tag, HD>;
+    b[0][0] = K::Cvt(lo01 & 0xffff), b[0][1] = K::Cvt(lo23 & 0xffff);
+    b[1][0] = K::Cvt(lo01 >> 16), b[1][1] = K::Cvt(lo23 >> 16);
+    b[2][0] = K::Cvt(hi01 & 0xffff), b[2][1] = K::Cvt(hi23 & 0xffff);
+    b[3][0] = K::Cvt(hi01 >> 16), b[3][1] = K::Cvt(hi23 >> 16);
+  } else if constexpr (std::is_same_v<Tag, Int8Row>) {  // rows 4-byte aligned (IntRegsServe)
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(rows[i] + 32 * c + 4 * g) ^ 0x80808080u;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {  // keys (2q, 2q + 1), then (2q + 8, 2q + 9)
+      const uint32_t lo = __byte_perm(w[2 * k], w[2 * k + 1], 0x5140), hi = __byte_perm(w[2 * k], w[2 * k + 1], 0x7362);
+      b[0][k] = Int8Pair(lo, 0x4140), b[1][k] = Int8Pair(lo, 0x4342);
+      b[2][k] = Int8Pair(hi, 0x4140), b[3][k] = Int8Pair(hi, 0x4342);
+    }
+  } else {  // int4: two bytes a key (columns 4g..4g + 3, low nibble first)
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint16_t*>(rows[i] + 16 * c + 2 * g);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t x0 = __byte_perm(w[2 * k], w[2 * k + 1], 0x6420);  // (key a byte 0, key b byte 0)
+      const uint32_t x1 = __byte_perm(w[2 * k], w[2 * k + 1], 0x6521);  // byte 1 of each
+      b[0][k] = Int4Pair<false>(x0), b[1][k] = Int4Pair<true>(x0);
+      b[2][k] = Int4Pair<false>(x1), b[3][k] = Int4Pair<true>(x1);
+    }
+  }
+}
+
+// The wide shape's fragment tiles of one raw K and V tile (FragK, FragV), the block's warps
+// taking K's n-tiles and V's k-steps in turn. A barrier must follow before they are read.
+template <typename Tag, int HD, int kWarps>
+__device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8_t* raw_v, int k_group,
+                                               uint8_t* k_frags, uint8_t* v_frags) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane & 3;
+  const RawK<Tag, HD> k{raw_k, k_group};
+  for (int n = warp; n < 8; n += kWarps) {
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t b[2];
+      k.Load(n, kk, b);
+      *reinterpret_cast<uint2*>(k_frags + FragK<HD>(n, kk, lane)) = make_uint2(b[0], b[1]);
+    }
+  }
+  for (int kk = warp; kk < kKeyTile / 16; kk += kWarps) {
+    const uint8_t* rows[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) rows[i] = RawRow<Tag, HD>(raw_v, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
+#pragma unroll
+    for (int c = 0; c < HD / 32; ++c) {
+      uint32_t b[4][2];
+      RawValueFragments<Tag, HD>(rows, c, b);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        *reinterpret_cast<uint4*>(v_frags + FragV<HD>(kk, c, h, lane)) =
+            make_uint4(b[2 * h][0], b[2 * h][1], b[2 * h + 1][0], b[2 * h + 1][1]);
+      }
+    }
+  }
+}
 
 // O += P V with V's B fragments built in registers from a raw fp8, int8 or int4 tile (no bf16
 // tile in shared memory), on f16 tensor cores: V's codes convert to f16 exactly (fp8: one
@@ -198,12 +299,12 @@ using RawK = std::conditional_t<kFp8Row<Row>, RawFp8K<Row, HD>, RawIntK<Row, HD>
 // A B fragment needs two keys at one column; a thread reads 4 columns of each of its 4 keys a
 // k-step and pairs them with byte permutes, so O's columns are permuted: n-tile 4c + i's column n
 // holds head-dim column 32c + 4n + i (OutColumn<true> maps them back).
-template <typename Tag, int HD>
+template <typename Tag, int HD, bool kRows8 = false, bool kTile = false>
 __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s)[8][4], State<HD>& st, int& vexp,
-                                             int group) {
+                                             int group, const uint8_t* v_frags = nullptr) {
   constexpr bool kFp8 = kFp8Row<Tag>;
   constexpr int kCode = kCodeBytes<Tag, HD>;
-  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int lane = threadIdx.x & 31, q = lane & 3;
   const int groups = kFp8 ? 1 : HD / group;
   auto row = [&](int r) { return RawRow<Tag, HD>(raw, r); };
   auto scale_of = [&](const uint8_t* r, int gi) {
@@ -226,7 +327,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
 #pragma unroll
     for (int dt = 0; dt < HD / 8; ++dt) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) st.acc[dt][i] = __fmul_rn(st.acc[dt][i], r);
+      for (int i = 0; i < (kRows8 ? 2 : 4); ++i) st.acc[dt][i] = __fmul_rn(st.acc[dt][i], r);
     }
     vexp = e;
   }
@@ -243,9 +344,10 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
 #pragma unroll
       for (int i = 0; i < 4; ++i) scale[i] = __fmul_rn(scale_of(rows[i], gi), f);
       a[0] = PackPair<__half>(__fmul_rn(s[2 * kk][0], scale[0]), __fmul_rn(s[2 * kk][1], scale[1]));
-      a[1] = PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1]));
+      a[1] = kRows8 ? 0u : PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1]));
       a[2] = PackPair<__half>(__fmul_rn(s[2 * kk + 1][0], scale[2]), __fmul_rn(s[2 * kk + 1][1], scale[3]));
-      a[3] = PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]));
+      a[3] = kRows8 ? 0u
+                    : PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]));
     };
     if constexpr (kFp8) make_a(0);
 #pragma unroll
@@ -254,42 +356,17 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
         if ((32 * c) % group == 0) make_a(32 * c / group);
       }
       uint32_t b[4][2];
-      if constexpr (kFp8) {
-        uint32_t w[4];
+      if constexpr (kTile) {  // built once for the block (BuildFragments)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(rows[i] + 32 * c + 4 * g);
-        // Code pairs (key 2q, key 2q + 1) and (2q + 8, 2q + 9) for columns 0-1 and 2-3 of the four.
-        const uint32_t lo01 = __byte_perm(w[0], w[1], 0x5140), hi01 = __byte_perm(w[0], w[1], 0x7362);
-        const uint32_t lo23 = __byte_perm(w[2], w[3], 0x5140), hi23 = __byte_perm(w[2], w[3], 0x7362);
-        using K = RawFp8K<Tag, HD>;
-        b[0][0] = K::Cvt(lo01 & 0xffff), b[0][1] = K::Cvt(lo23 & 0xffff);
-        b[1][0] = K::Cvt(lo01 >> 16), b[1][1] = K::Cvt(lo23 >> 16);
-        b[2][0] = K::Cvt(hi01 & 0xffff), b[2][1] = K::Cvt(hi23 & 0xffff);
-        b[3][0] = K::Cvt(hi01 >> 16), b[3][1] = K::Cvt(hi23 >> 16);
-      } else if constexpr (std::is_same_v<Tag, Int8Row>) {  // rows 4-byte aligned (IntRegsServe)
-        uint32_t w[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(rows[i] + 32 * c + 4 * g) ^ 0x80808080u;
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {  // keys (2q, 2q + 1), then (2q + 8, 2q + 9)
-          const uint32_t lo = __byte_perm(w[2 * k], w[2 * k + 1], 0x5140), hi = __byte_perm(w[2 * k], w[2 * k + 1], 0x7362);
-          b[0][k] = Int8Pair(lo, 0x4140), b[1][k] = Int8Pair(lo, 0x4342);
-          b[2][k] = Int8Pair(hi, 0x4140), b[3][k] = Int8Pair(hi, 0x4342);
+        for (int h = 0; h < 2; ++h) {
+          const uint4 v = *reinterpret_cast<const uint4*>(v_frags + FragV<HD>(kk, c, h, lane));
+          b[2 * h][0] = v.x, b[2 * h][1] = v.y, b[2 * h + 1][0] = v.z, b[2 * h + 1][1] = v.w;
         }
-      } else {  // int4: two bytes a key (columns 4g..4g + 3, low nibble first)
-        uint32_t w[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint16_t*>(rows[i] + 16 * c + 2 * g);
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const uint32_t x0 = __byte_perm(w[2 * k], w[2 * k + 1], 0x6420);  // (key a byte 0, key b byte 0)
-          const uint32_t x1 = __byte_perm(w[2 * k], w[2 * k + 1], 0x6521);  // byte 1 of each
-          b[0][k] = Int4Pair<false>(x0), b[1][k] = Int4Pair<true>(x0);
-          b[2][k] = Int4Pair<false>(x1), b[3][k] = Int4Pair<true>(x1);
-        }
+      } else {
+        RawValueFragments<Tag, HD>(rows, c, b);
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) Mma<__half>(st.acc[4 * c + i], a, b[i]);
+      for (int i = 0; i < 4; ++i) MmaRows<__half, kRows8>(st.acc[4 * c + i], a, b[i]);
     }
   }
 }
@@ -297,18 +374,36 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
 // What O's accumulators are multiplied by to give O: 2^-vexp (AddRawValues).
 __device__ __forceinline__ float OScale(int vexp) { return __int_as_float((127 - vexp) << 23); }
 
-// An int8 or int4 raw tile (RawGeometry) into the bf16 rows of `tile`, 8 values a thread at a
-// time: code x its group's scale in f32 (DequantizeRun's products), rounded to bf16. Rows start
-// 2-byte aligned in shared memory.
+// An int8, int4 or nvfp4 raw tile (RawGeometry) into the bf16 rows of `tile`, 8 values a thread
+// at a time: code x its group's scale in f32 (DequantizeRun's products; nvfp4: E2M1 value x (e4m3
+// scale x the tensor scale `global`), as kv/kv_codec.cc), rounded to bf16. Rows start 2-byte
+// aligned in shared memory.
 template <typename Row, int HD, int kThreads>
-__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile, int scale_group) {
-  static_assert(std::is_same_v<Row, Int8Row> || std::is_same_v<Row, Int4Row>, "fp8 rows are read in registers");
+__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile, int scale_group, float global) {
+  static_assert(std::is_same_v<Row, Int8Row> || std::is_same_v<Row, Int4Row> || std::is_same_v<Row, Nvfp4Row>,
+                "fp8 rows are read in registers");
   constexpr int kRuns = HD / 8;
   for (int u = threadIdx.x; u < kKeyTile * kRuns; u += kThreads) {
     const int r = u / kRuns, i = (u % kRuns) * 8;
     const uint8_t* row = RawRow<Row, HD>(raw, r);
-    const float s = __half2float(*reinterpret_cast<const __half*>(row + kCodeBytes<Row, HD> + 2 * (i / scale_group)));
     uint32_t out[4];
+    if constexpr (std::is_same_v<Row, Nvfp4Row>) {  // E2M1 nibbles, value 2k low; an e4m3 scale per 16
+      // A nibble's magnitude bits (e1 e0 m) at f16 bits 11-9 and its sign at bit 15 make the f16
+      // value x 2^-14 (e = 0 lands in the subnormals: m / 2 x 2^-14), so the scale takes 2^14
+      // (exact): the product is the CPU codec's value x scale, rounded once to bf16.
+      const float s = __fmul_rn(__fmul_rn(Fp8ToFloat(row[HD / 2 + i / 16], Fp8E4M3Row{}), global), 16384.0f);
+      const uint32_t w = *reinterpret_cast<const uint32_t*>(row + i / 2);  // 8 nibbles; rows 4-byte aligned
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t b = w >> (8 * j);
+        const uint32_t h = ((b & 7u) << 9) | ((b & 8u) << 12) | ((b & 0x70u) << 21) | ((b & 0x80u) << 24);
+        const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&h));
+        out[j] = PackPair<__nv_bfloat16>(__fmul_rn(v.x, s), __fmul_rn(v.y, s));
+      }
+      *reinterpret_cast<uint4*>(tile + r * Geometry<HD>::kRowBytes + i * 2) = make_uint4(out[0], out[1], out[2], out[3]);
+      continue;
+    }
+    const float s = __half2float(*reinterpret_cast<const __half*>(row + kCodeBytes<Row, HD> + 2 * (i / scale_group)));
     if constexpr (std::is_same_v<Row, Int8Row>) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {

@@ -110,10 +110,13 @@ struct TileK {
   static constexpr bool kGrouped = false;
 };
 
+// kRows8 (here and in the functions below): the warp's rows 8-15 are padding (a decode warp of
+// at most 8 query rows), so their accumulators, scores and softmax state are not computed
+// (MmaRows); rows 0-7 get the same bits either way.
 // The first half of a tile of 64 keys (K's fragments from `kf`, the keys from absolute key
 // `tile_start`) for the warp's 16 rows: s = P = 2^(S - m), the state's max and sum updated and O
 // rescaled. `mask`: some row of the warp has keys of this tile outside its window.
-template <typename T, int HD, class KFrag>
+template <typename T, int HD, bool kRows8 = false, class KFrag>
 __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, const uint32_t (&qf)[HD / 16][4],
                                               const Rows& rows, float scale_log2, bool mask, State<HD>& st,
                                               float (&s)[8][4]) {
@@ -121,7 +124,7 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
   const int lane = threadIdx.x & 31, q = lane & 3;
   // S = Q K^T: eight n-tiles of 8 keys (kGrouped sources scale their groups' sums themselves).
   if constexpr (KFrag::kGrouped) {
-    kf.template Scores<T>(qf, s);
+    kf.template Scores<T, kRows8>(qf, s);
   } else {
 #pragma unroll
     for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -131,16 +134,17 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
       for (int n = 0; n < 8; ++n) {
         uint32_t b[2];
         kf.Load(n, kk, b);
-        Mma<T>(s[n], qf[kk], b);
+        MmaRows<T, kRows8>(s[n], qf[kk], b);
       }
     }
   }
+  constexpr int kI = kRows8 ? 2 : 4, kH = kRows8 ? 1 : 2;  // kRows8: rows 8-15 (h = 1) are padding
   // Scores in the log2 domain (a quantized K's row scales first), masked; the rows' new maxima.
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kI; ++i) {
       const int h = i >> 1;
       float v = __fmul_rn(kf.Scale(s[n][i], n, i & 1), scale_log2);
       if (mask) {
@@ -153,7 +157,7 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
   }
   float corr[2], base[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
+  for (int h = 0; h < kH; ++h) {
     const float m_old = st.m[h];
     const float m_new = fmaxf(m_old, QuadMax(mx[h]));
     corr[h] = m_old == m_new ? 1.0f : m_old == -INFINITY ? 0.0f : Exp2(__fsub_rn(m_old, m_new));
@@ -165,7 +169,7 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kI; ++i) {
       const int h = i >> 1;
       const float p = Exp2(__fsub_rn(s[n][i], base[h]));
       s[n][i] = p;
@@ -173,55 +177,58 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
     }
   }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) st.l[h] = __fadd_rn(__fmul_rn(st.l[h], corr[h]), sum[h]);
+  for (int h = 0; h < kH; ++h) st.l[h] = __fadd_rn(__fmul_rn(st.l[h], corr[h]), sum[h]);
 #pragma unroll
   for (int dt = 0; dt < Geo::kDTiles; ++dt) {
     st.acc[dt][0] = __fmul_rn(st.acc[dt][0], corr[0]);
     st.acc[dt][1] = __fmul_rn(st.acc[dt][1], corr[0]);
-    st.acc[dt][2] = __fmul_rn(st.acc[dt][2], corr[1]);
-    st.acc[dt][3] = __fmul_rn(st.acc[dt][3], corr[1]);
+    if constexpr (!kRows8) {
+      st.acc[dt][2] = __fmul_rn(st.acc[dt][2], corr[1]);
+      st.acc[dt][3] = __fmul_rn(st.acc[dt][3], corr[1]);
+    }
   }
 }
 
 // The same from K rows of a 16-bit tile.
-template <typename T, int HD>
+template <typename T, int HD, bool kRows8 = false>
 __device__ __forceinline__ void ScoreTile(const uint8_t* ks, int tile_start, const uint32_t (&qf)[HD / 16][4],
                                           const Rows& rows, float scale_log2, bool mask, State<HD>& st,
                                           float (&s)[8][4]) {
-  ScoreTileFrom<T, HD>(TileK<HD>{ks}, tile_start, qf, rows, scale_log2, mask, st, s);
+  ScoreTileFrom<T, HD, kRows8>(TileK<HD>{ks}, tile_start, qf, rows, scale_log2, mask, st, s);
 }
 
 // The second half: O += P V (V rows in shared memory). P's C fragments are the A fragments of
 // the second product (16 keys a k-step).
-template <typename T, int HD>
+template <typename T, int HD, bool kRows8 = false>
 __device__ __forceinline__ void AddValues(const uint8_t* vs, const float (&s)[8][4], State<HD>& st) {
   using Geo = Geometry<HD>;
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-    const uint32_t a[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]), PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
+    const uint32_t a[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]),
+                           kRows8 ? 0u : PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
                            PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                           PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                           kRows8 ? 0u : PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
     const int key_row = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
     const uint32_t base_addr = SmemAddr(vs + key_row * Geo::kRowBytes + (lane >> 4) * 16);
 #pragma unroll
     for (int dp = 0; dp < HD / 16; ++dp) {
       uint32_t b0[2], b1[2];
       LdMatrixX4Trans(base_addr + dp * 32, b0[0], b0[1], b1[0], b1[1]);
-      Mma<T>(st.acc[2 * dp], a, b0);
-      Mma<T>(st.acc[2 * dp + 1], a, b1);
+      MmaRows<T, kRows8>(st.acc[2 * dp], a, b0);
+      MmaRows<T, kRows8>(st.acc[2 * dp + 1], a, b1);
     }
   }
 }
 
 // One tile of 64 keys, both halves.
-template <typename T, int HD>
+template <typename T, int HD, bool kRows8 = false>
 __device__ __forceinline__ void AttendTile(const uint8_t* ks, const uint8_t* vs, int tile_start,
                                            const uint32_t (&qf)[HD / 16][4], const Rows& rows, float scale_log2,
                                            bool mask, State<HD>& st) {
   float s[8][4];
-  ScoreTile<T, HD>(ks, tile_start, qf, rows, scale_log2, mask, st, s);
-  AddValues<T, HD>(vs, s, st);
+  ScoreTile<T, HD, kRows8>(ks, tile_start, qf, rows, scale_log2, mask, st, s);
+  AddValues<T, HD, kRows8>(vs, s, st);
 }
 
 }  // namespace pagoda::cuda::flash

@@ -1,7 +1,9 @@
 // The KV row codecs of kv/kv_codec.h on the device, for the formats the CUDA backend stores:
 // plain rows (f32, bf16, f16), fp8 (e4m3 / e5m2: d codes, then an f32 scale), int8 (d codes,
-// then ceil(d / group) f16 scales) and int4 (ceil(d / 2) bytes of nibbles q + 8, value 2i in the
-// low nibble, then ceil(d / group) f16 scales). A row is one (token, KV head); a block holds block_size x
+// then ceil(d / group) f16 scales), int4 (ceil(d / 2) bytes of nibbles q + 8, value 2i in the
+// low nibble, then ceil(d / group) f16 scales) and nvfp4 (ceil(d / 2) bytes of E2M1 nibbles in
+// int4's order, then ceil(d / 16) e4m3 scales; x = e2m1 x e4m3 scale x the tensor's f32 scale).
+// A row is one (token, KV head); a block holds block_size x
 // num_kv_heads rows, token-major, so row (slot, head) starts at (slot * heads + head) * row
 // bytes, as in the wide layout.
 //
@@ -27,6 +29,7 @@ struct Fp8E4M3Row {};
 struct Fp8E5M2Row {};
 struct Int8Row {};
 struct Int4Row {};
+struct Nvfp4Row {};
 
 template <typename T>
 struct KVRowTraits {  // plain rows of T
@@ -54,6 +57,10 @@ template <>
 struct KVRowTraits<Int4Row> {
   static constexpr bool kQuantized = true;
 };
+template <>
+struct KVRowTraits<Nvfp4Row> {
+  static constexpr bool kQuantized = true;
+};
 
 // Bytes of one row of `f` for the formats above (kv/kv_codec.cc's KVRowBytes); 0 for others.
 __host__ __device__ inline int64_t DeviceKVRowBytes(const KVArrayFormat& f) {
@@ -67,6 +74,7 @@ __host__ __device__ inline int64_t DeviceKVRowBytes(const KVArrayFormat& f) {
       const int64_t g = f.group < d ? f.group : d;
       return (f.quant == KVQuant::kInt8 ? d : (d + 1) / 2) + 2 * ((d + g - 1) / g);
     }
+    case KVQuant::kNvfp4: return (d + 1) / 2 + (d + 15) / 16;
     default: return 0;
   }
 }
@@ -211,5 +219,39 @@ __device__ inline void QuantizeIntRow(const float* x, uint8_t* row, int d, int g
 }
 __device__ inline void QuantizeInt8Row(const float* x, uint8_t* row, int d, int g) { QuantizeIntRow<false>(x, row, d, g); }
 __device__ inline void QuantizeInt4Row(const float* x, uint8_t* row, int d, int g) { QuantizeIntRow<true>(x, row, d, g); }
+
+// core/fp4.h's F32ToFp4E2M1: round to nearest, ties to the even code, saturating at 6; the sign
+// in bit 3 (so -0 for negative values that round to 0), NaN to 0.
+__device__ __forceinline__ uint32_t FloatToFp4E2M1(float x) {
+  if (isnan(x)) return 0;
+  const uint32_t sign = signbit(x) ? 8u : 0u;
+  const float a = fabsf(x);
+  // The midpoints between codes c and c + 1; an even code keeps its upper midpoint.
+  const uint32_t c = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  return sign | c;
+}
+
+// kv/kv_codec.cc's QuantizeNvfp4: a group of 16 values takes the e4m3 scale amax / (6 x tensor
+// scale) (0: 1), its codes x / (e4m3 scale x tensor scale) in E2M1. Groups are whole 16-value
+// runs; a thread quantizes a group at a time. REQUIRES: d % 16 == 0.
+__device__ inline void QuantizeNvfp4Row(const float* x, uint8_t* row, int d, float tensor_scale) {
+  const float global = tensor_scale > 0.0f ? tensor_scale : 1.0f;
+  for (int j = threadIdx.x; j < d / 16; j += blockDim.x) {
+    float amax = 0.0f;
+    for (int i = 0; i < 16; ++i) {
+      const float a = fabsf(x[16 * j + i]);
+      if (a > amax) amax = a;  // NaN skipped, as std::max(m, NaN) keeps m
+    }
+    const uint8_t code = FloatToFp8(__fdiv_rn(amax, __fmul_rn(6.0f, global)), Fp8E4M3Row{});
+    row[d / 2 + j] = code;
+    const float s = __fmul_rn(Fp8ToFloat(code, Fp8E4M3Row{}), global);
+    const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
+    for (int b = 0; b < 8; ++b) {
+      const uint32_t lo = FloatToFp4E2M1(__fmul_rn(x[16 * j + 2 * b], inv));
+      const uint32_t hi = FloatToFp4E2M1(__fmul_rn(x[16 * j + 2 * b + 1], inv));
+      row[8 * j + b] = static_cast<uint8_t>(lo | hi << 4);
+    }
+  }
+}
 
 }  // namespace pagoda::cuda

@@ -38,13 +38,14 @@ __global__ void QuantizeKVKernel(KVWriteParams p) {
     case KVQuant::kFp8E5M2: QuantizeFp8Row<Fp8E5M2Row>(x, row, d, f.tensor_scale); break;
     case KVQuant::kInt8: QuantizeInt8Row(x, row, d, static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim)); break;
     case KVQuant::kInt4: QuantizeInt4Row(x, row, d, static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim)); break;
+    case KVQuant::kNvfp4: QuantizeNvfp4Row(x, row, d, f.tensor_scale); break;
     default: break;  // refused on the host
   }
 }
 
 bool Supported(const KVArrayFormat& f) {
   return f.quant == KVQuant::kFp8E4M3 || f.quant == KVQuant::kFp8E5M2 || f.quant == KVQuant::kInt8 ||
-         f.quant == KVQuant::kInt4;
+         f.quant == KVQuant::kInt4 || f.quant == KVQuant::kNvfp4;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace pagoda::cuda {
 
@@ -77,6 +78,31 @@ __device__ __forceinline__ void Mma<__half>(float* c, const uint32_t* a, const u
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Mma for a warp whose rows 8-15 are padding (kTop): c holds rows 0-7 only (c[0], c[1]); rows
+// 8-15 start from zero and their results are dropped, so they take no registers between
+// products. Rows are independent in the product, so c[0] and c[1] get the bits Mma gives them.
+template <typename T, bool kTop>
+__device__ __forceinline__ void MmaRows(float* c, const uint32_t* a, const uint32_t* b) {
+  if constexpr (!kTop) {
+    Mma<T>(c, a, b);
+  } else {
+    float d2, d3;
+    if constexpr (std::is_same_v<T, __half>) {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%10,%10};\n"
+          : "+f"(c[0]), "+f"(c[1]), "=f"(d2), "=f"(d3)
+          : "r"(a[0]), "r"(0u), "r"(a[2]), "r"(0u), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+    } else {
+      asm volatile(
+          "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+          "{%0,%1,%10,%10};\n"
+          : "+f"(c[0]), "+f"(c[1]), "=f"(d2), "=f"(d3)
+          : "r"(a[0]), "r"(0u), "r"(a[2]), "r"(0u), "r"(b[0]), "r"(b[1]), "f"(0.0f));
+    }
+  }
 }
 
 // Two floats rounded to nearest as one register of two T (lo in the low half).

@@ -488,8 +488,9 @@ void PagedAttention(const PagedAttentionParams& p, int64_t max_keys, float* scra
     case KVQuant::kFp8E5M2: return run(Fp8E5M2Row{});
     case KVQuant::kInt8: return run(Int8Row{});
     case KVQuant::kInt4:  // FlashAttention's shapes only (cuda_backend.cu checks the cache's)
-      ThrowUnsupported("CUDA PagedAttention: int4 KV runs on the tensor-core kernel only: head dim 64 or 128, at "
-                       "most 16 query heads per KV head, power-of-two blocks (use --kv-cache-dtype int8 or fp8)");
+    case KVQuant::kNvfp4:
+      ThrowUnsupported(std::string("CUDA PagedAttention: ") + KVQuantName(p.k_format.quant) +
+                       " KV runs on the tensor-core kernel only: head dim 64 or 128, at most 16 query heads per KV head, power-of-two blocks (use --kv-cache-dtype int8 or fp8)");
     default: ThrowUnsupported(std::string("CUDA PagedAttention: --kv-cache-dtype ") + KVQuantName(p.k_format.quant));
   }
 }
