@@ -13,6 +13,7 @@
 //   gemm      bf16 MatMul y = x W^T at m rows for Llama-3-8B's projection shapes: TFLOP/s and the
 //             weight-read GB/s (the decode view); weights rotate over 4 copies (> L2);
 //   decode-attn paged decode attention, one query token per sequence: GB/s of K/V read once;
+//   decode-mla  MLA's absorbed decode over the latent cache (DeepSeek-V3's shapes): GB/s;
 //   prefill-attn causal prefill attention, gpu_baselines.py's SDPA shapes: TFLOP/s;
 //   sample    Backend::Sample of 128256-token logits on the device: us per step (BenchSampling);
 //   prefill/decode  with --model: the whole model through Model::Forward (BenchModel), and
@@ -182,6 +183,51 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
               static_cast<long long>(batch), static_cast<long long>(context),
               quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e6, bytes / t / 1e9,
               100.0 * bytes / t / 1e9 / copy_gbs);
+}
+
+// MLA decode in its absorbed form over the latent cache (DeepSeek-V3: kv_lora_rank 512 + rope 64
+// a token, bf16, one latent shared by every head): GB/s of the latent read once, against the copy.
+// `heads`: 128 (the whole model on one GPU) or 16 (a tensor-parallel rank of 8; FlashMLA's shape).
+void BenchMlaDecode(CudaBackend& gpu, int64_t batch, int64_t context, int64_t heads, double copy_gbs) {
+  const int64_t rank = 512, rope = 64, block = 16;
+  const int64_t blocks_per_seq = (context + block - 1) / block;
+  KVStorageShape shape;
+  shape.num_layers = 1;
+  shape.num_blocks = batch * blocks_per_seq;
+  shape.block_size = block;
+  shape.num_kv_heads = 1;
+  shape.head_dim = rank;
+  shape.head_dim_v = rope;
+  shape.dtype = DType::kBF16;
+  auto cache = gpu.CreateKVCache(shape);
+  std::vector<std::shared_ptr<float>> keep;
+  std::vector<std::vector<int32_t>> tables(batch);
+  for (int64_t s = 0; s < batch; ++s) {
+    tables[s].resize(blocks_per_seq);
+    std::iota(tables[s].begin(), tables[s].end(), static_cast<int32_t>(s * blocks_per_seq));
+  }
+  std::vector<int32_t> tokens(context, 5);
+  StepBuilder builder;
+  const int64_t chunk = 4096;
+  const TensorView lat = Device(gpu, &keep, chunk, rank, 61), pe = Device(gpu, &keep, chunk, rope, 62);
+  for (int64_t s = 0; s < batch; ++s) {
+    for (int64_t first = 0; first < context; first += chunk) {
+      const int64_t count = std::min(chunk, context - first);
+      builder.Reset(block);
+      builder.AddSequence(tokens, first, count, tables[s]);
+      gpu.BeginStep(builder.Finish(), *cache);
+      gpu.WriteKV(*cache, 0, lat.RowRange(0, count), pe.RowRange(0, count));
+    }
+  }
+  builder.Reset(block);
+  for (int64_t s = 0; s < batch; ++s) builder.AddSequence(tokens, context - 1, 1, tables[s]);
+  gpu.BeginStep(builder.Finish(), *cache);
+  const TensorView q = Device(gpu, &keep, batch, heads * (rank + rope), 63), out = Device(gpu, &keep, batch, heads * rank, 64);
+  const double t = Time(gpu, [&] { gpu.MlaAttention(*cache, 0, heads, 0.072f, q, out); }, 3, 5);
+  const double bytes = static_cast<double>(batch) * context * (rank + rope) * 2;
+  std::printf("decode-mla batch=%lld ctx=%lld %lldq rank512+rope64 bf16 %8.1f us  %7.0f GB/s (%4.1f%% of copy)\n",
+              static_cast<long long>(batch), static_cast<long long>(context), static_cast<long long>(heads), t * 1e6,
+              bytes / t / 1e9, 100.0 * bytes / t / 1e9 / copy_gbs);
 }
 
 // Causal prefill attention over the paged cache, the shapes gpu_baselines.py gives SDPA: batch
@@ -535,6 +581,7 @@ int main(int argc, char** argv) {
     BenchDecodeAttention(gpu, 128, 4096, copy);
     BenchDecodeAttention(gpu, 32, 4096, copy);
     BenchDecodeAttention(gpu, 1, 32768, copy);
+    for (const int64_t heads : {16, 128}) BenchMlaDecode(gpu, 64, 8192, heads, copy);
     // Quantized KV (fp8, int8 and int4 read in registers, nvfp4 dequantized to bf16 tiles) at
     // batch 64, 8K tokens (and 32K without --quick), against bf16.
     constexpr KVQuant kFormats[] = {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4};
