@@ -129,6 +129,34 @@ void BenchGemm(CudaBackend& gpu, bool quick, double copy_gbs) {
   }
 }
 
+// Every slot of tokens [0, context) of each sequence's table in layers [0, layers): one
+// prefill-shaped WriteKV of the rows k and v (reused: a decode's cost does not depend on the
+// values) per chunk of at most k.rows tokens, which builds quickly on the host.
+void FillCache(CudaBackend& gpu, KVCache& cache, const std::vector<std::vector<int32_t>>& tables, int64_t context,
+               int64_t block, int64_t layers, const TensorView& k, const TensorView& v) {
+  const std::vector<int32_t> tokens(context, 5);
+  StepBuilder builder;
+  for (const std::vector<int32_t>& table : tables) {
+    for (int64_t first = 0; first < context; first += k.rows) {
+      const int64_t count = std::min(k.rows, context - first);
+      builder.Reset(block);
+      builder.AddSequence(tokens, first, count, table);
+      gpu.BeginStep(builder.Finish(), cache);
+      for (int64_t l = 0; l < layers; ++l) gpu.WriteKV(cache, l, k.RowRange(0, count), v.RowRange(0, count));
+    }
+  }
+}
+
+// The decode step of each sequence's last cached token (position context - 1).
+void BeginLastTokens(CudaBackend& gpu, KVCache& cache, const std::vector<std::vector<int32_t>>& tables, int64_t context,
+                     int64_t block) {
+  const std::vector<int32_t> tokens(context, 5);
+  StepBuilder builder;
+  builder.Reset(block);
+  for (const std::vector<int32_t>& table : tables) builder.AddSequence(tokens, context - 1, 1, table);
+  gpu.BeginStep(builder.Finish(), cache);
+}
+
 void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, double copy_gbs,
                           KVQuant quant = KVQuant::kNone) {
   const int64_t heads = 32, kv_heads = 8, dim = 128, block = 16;
@@ -143,8 +171,7 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
   shape.quant = quant;
   auto cache = gpu.CreateKVCache(shape);
   std::vector<std::shared_ptr<float>> keep;
-  // Fill the cache: one prefill-shaped WriteKV of random rows per sequence is slow to build on
-  // the host, so write every slot through one step of `batch * context` tokens in chunks.
+  // Random block ids: the tables scattered over the cache.
   std::vector<int32_t> ids(shape.num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(3));
@@ -152,23 +179,10 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
   for (int64_t s = 0; s < batch; ++s) {
     tables[s].assign(ids.begin() + s * blocks_per_seq, ids.begin() + (s + 1) * blocks_per_seq);
   }
-  std::vector<int32_t> tokens(context, 5);
-  StepBuilder builder;
   const int64_t chunk = 4096;
   const TensorView kr = Device(gpu, &keep, chunk, kv_heads * dim, 21), vr = Device(gpu, &keep, chunk, kv_heads * dim, 22);
-  for (int64_t s = 0; s < batch; ++s) {
-    for (int64_t first = 0; first < context; first += chunk) {
-      const int64_t count = std::min(chunk, context - first);
-      builder.Reset(block);
-      builder.AddSequence(tokens, first, count, tables[s]);
-      gpu.BeginStep(builder.Finish(), *cache);
-      gpu.WriteKV(*cache, 0, kr.RowRange(0, count), vr.RowRange(0, count));
-    }
-  }
-  // The decode step: the last token of each sequence.
-  builder.Reset(block);
-  for (int64_t s = 0; s < batch; ++s) builder.AddSequence(tokens, context - 1, 1, tables[s]);
-  gpu.BeginStep(builder.Finish(), *cache);
+  FillCache(gpu, *cache, tables, context, block, 1, kr, vr);
+  BeginLastTokens(gpu, *cache, tables, context, block);
   const TensorView q = Device(gpu, &keep, batch, heads * dim, 23), out = Device(gpu, &keep, batch, heads * dim, 24);
   AttentionLayer a;
   a.num_heads = heads;
@@ -206,22 +220,10 @@ void BenchMlaDecode(CudaBackend& gpu, int64_t batch, int64_t context, int64_t he
     tables[s].resize(blocks_per_seq);
     std::iota(tables[s].begin(), tables[s].end(), static_cast<int32_t>(s * blocks_per_seq));
   }
-  std::vector<int32_t> tokens(context, 5);
-  StepBuilder builder;
   const int64_t chunk = 4096;
   const TensorView lat = Device(gpu, &keep, chunk, rank, 61), pe = Device(gpu, &keep, chunk, rope, 62);
-  for (int64_t s = 0; s < batch; ++s) {
-    for (int64_t first = 0; first < context; first += chunk) {
-      const int64_t count = std::min(chunk, context - first);
-      builder.Reset(block);
-      builder.AddSequence(tokens, first, count, tables[s]);
-      gpu.BeginStep(builder.Finish(), *cache);
-      gpu.WriteKV(*cache, 0, lat.RowRange(0, count), pe.RowRange(0, count));
-    }
-  }
-  builder.Reset(block);
-  for (int64_t s = 0; s < batch; ++s) builder.AddSequence(tokens, context - 1, 1, tables[s]);
-  gpu.BeginStep(builder.Finish(), *cache);
+  FillCache(gpu, *cache, tables, context, block, 1, lat, pe);
+  BeginLastTokens(gpu, *cache, tables, context, block);
   const TensorView q = Device(gpu, &keep, batch, heads * (rank + rope), 63), out = Device(gpu, &keep, batch, heads * rank, 64);
   const double t = Time(gpu, [&] { gpu.MlaAttention(*cache, 0, heads, 0.072f, q, out); }, 3, 5);
   const double bytes = static_cast<double>(batch) * context * (rank + rope) * 2;
@@ -494,19 +496,13 @@ void BenchLongContextDecode(CudaBackend& gpu, Model& model, const std::string& n
     std::vector<std::shared_ptr<float>> keep;
     const TensorView kr = Device(gpu, &keep, chunk, width, 51), vr = Device(gpu, &keep, chunk, width, 52);
     std::vector<std::vector<int32_t>> tables(batch);
-    std::vector<int32_t> tokens(context + steps, 5);
-    StepBuilder builder;
     for (int64_t s = 0; s < batch; ++s) {
       tables[s].resize(per_seq);
       std::iota(tables[s].begin(), tables[s].end(), static_cast<int32_t>(s * per_seq));
-      for (int64_t first = 0; first < context; first += chunk) {
-        const int64_t count = std::min(chunk, context - first);
-        builder.Reset(block);
-        builder.AddSequence(tokens, first, count, tables[s]);
-        gpu.BeginStep(builder.Finish(), *cache);
-        for (int64_t l = 0; l < shape.num_layers; ++l) gpu.WriteKV(*cache, l, kr.RowRange(0, count), vr.RowRange(0, count));
-      }
     }
+    FillCache(gpu, *cache, tables, context, block, shape.num_layers, kr, vr);
+    std::vector<int32_t> tokens(context + steps, 5);
+    StepBuilder builder;
     model.ReserveWorkspace(batch, batch);
     std::vector<std::unique_ptr<SamplerState>> states;
     std::vector<SampleRow> rows = GreedyRows(gpu, batch, &states);
