@@ -283,33 +283,52 @@ TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
   }
 }
 
+// MLA in its absorbed form against the CPU: f32 caches and ranks without the tensor-core kernel
+// (the SIMT kernel, f32 arithmetic) within the f32 tolerance; bf16 caches with DeepSeek's RoPE
+// width (rank 64 or 512 + RoPE 64: the tensor-core kernel, Q and P rounded to bf16) within the
+// bf16 attention tolerance, with 5 heads (one head tile a block) and 20 (64-head blocks, padded);
+// and a token's row computed alone (a decode step) is the same bits as inside the prefill.
 TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {
   for (const int64_t bs : {16, 32}) {
     for (const int64_t rank : {64, 512}) {
       for (const DType dtype : {DType::kF32, DType::kBF16}) {
-        SCOPED_TRACE("bs " + std::to_string(bs) + " rank " + std::to_string(rank) + " " + std::string(DTypeName(dtype)));
-        const int64_t rope = 64, heads = 5;
-        StepCase c;
-        MakeTables({37, 3}, bs, 9, &c);
-        KVStorageShape shape = CacheShape(1, c.num_blocks, bs, 1, rank, dtype);
-        shape.head_dim_v = rope;
-        auto cache_c = cpu_.CreateKVCache(shape);
-        auto cache_g = gpu_->CreateKVCache(shape);
-        const StepDescription& step = BuildStep(&c, bs, {0, 0}, {37, 3}, 100);
-        const int64_t n = step.num_tokens();
-        cpu_.BeginStep(step, *cache_c);
-        gpu_->BeginStep(step, *cache_g);
-        auto q = RandomVector(n * heads * (rank + rope), 30), lat = RandomVector(n * rank, 31),
-             pe = RandomVector(n * rope, 32);
-        const float scale = 0.1f;
-        std::vector<float> out(n * heads * rank);
-        cpu_.WriteKV(*cache_c, 0, TensorView::F32(lat.data(), n, rank), TensorView::F32(pe.data(), n, rope));
-        cpu_.MlaAttention(*cache_c, 0, heads, scale, TensorView::F32(q.data(), n, heads * (rank + rope)),
-                          TensorView::F32(out.data(), n, heads * rank));
-        const TensorView og = arena_->Make(n, heads * rank);
-        gpu_->WriteKV(*cache_g, 0, arena_->Make(n, rank, lat), arena_->Make(n, rope, pe));
-        gpu_->MlaAttention(*cache_g, 0, heads, scale, arena_->Make(n, heads * (rank + rope), q), og);
-        EXPECT_LE(RelativeError(arena_->Read(og), out), kF32Tolerance);
+        for (const int64_t heads : {5, 20}) {
+          SCOPED_TRACE("bs " + std::to_string(bs) + " rank " + std::to_string(rank) + " " +
+                       std::string(DTypeName(dtype)) + " heads " + std::to_string(heads));
+          const int64_t rope = 64;
+          StepCase c;
+          MakeTables({37, 3}, bs, 9, &c);
+          KVStorageShape shape = CacheShape(1, c.num_blocks, bs, 1, rank, dtype);
+          shape.head_dim_v = rope;
+          auto cache_c = cpu_.CreateKVCache(shape);
+          auto cache_g = gpu_->CreateKVCache(shape);
+          const StepDescription& step = BuildStep(&c, bs, {0, 0}, {37, 3}, 100);
+          const int64_t n = step.num_tokens();
+          cpu_.BeginStep(step, *cache_c);
+          gpu_->BeginStep(step, *cache_g);
+          auto q = RandomVector(n * heads * (rank + rope), 30), lat = RandomVector(n * rank, 31),
+               pe = RandomVector(n * rope, 32);
+          const float scale = 0.1f;
+          std::vector<float> out(n * heads * rank);
+          cpu_.WriteKV(*cache_c, 0, TensorView::F32(lat.data(), n, rank), TensorView::F32(pe.data(), n, rope));
+          cpu_.MlaAttention(*cache_c, 0, heads, scale, TensorView::F32(q.data(), n, heads * (rank + rope)),
+                            TensorView::F32(out.data(), n, heads * rank));
+          const TensorView og = arena_->Make(n, heads * rank);
+          gpu_->WriteKV(*cache_g, 0, arena_->Make(n, rank, lat), arena_->Make(n, rope, pe));
+          gpu_->MlaAttention(*cache_g, 0, heads, scale, arena_->Make(n, heads * (rank + rope), q), og);
+          const std::vector<float> got = arena_->Read(og);
+          const double tol = dtype == DType::kF32 ? kF32Tolerance : testing::kBf16AttentionTolerance;
+          EXPECT_LE(RelativeError(got, out), tol);
+          // Token 36 of sequence 0 (row 36 of the step) alone.
+          const StepDescription& alone = BuildStep(&c, bs, {36}, {1}, 100);
+          gpu_->BeginStep(alone, *cache_g);
+          const std::vector<float> q36(q.begin() + 36 * heads * (rank + rope), q.begin() + 37 * heads * (rank + rope));
+          const TensorView o36 = arena_->Make(1, heads * rank);
+          gpu_->MlaAttention(*cache_g, 0, heads, scale, arena_->Make(1, heads * (rank + rope), q36), o36);
+          const std::vector<float> one = arena_->Read(o36);
+          EXPECT_EQ(std::memcmp(one.data(), got.data() + 36 * heads * rank, one.size() * sizeof(float)), 0)
+              << "token 36 alone differs from the prefill";
+        }
       }
     }
   }

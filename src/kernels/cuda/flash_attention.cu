@@ -15,6 +15,7 @@
 #include "kernels/cuda/launch_info.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/smem_limit.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -478,17 +479,6 @@ __global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial) {
     }
     p.out[(static_cast<int64_t>(t) * p.num_heads + h) * HD + d] = __fdiv_rn(O, L);
   }
-}
-
-// Sets a kernel's shared-memory limit once per device.
-template <typename Kernel>
-void AllowSmem(Kernel kernel, int bytes, uint32_t* devices_done) {
-  int device = 0;
-  PAGODA_CUDA_CHECK(cudaGetDevice(&device));
-  const uint32_t bit = device < 32 ? 1u << device : 0u;
-  if (bit != 0 && (*devices_done & bit) != 0) return;
-  PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  *devices_done |= bit;
 }
 
 template <typename KV, int HD, int kWarps, bool kSplit, bool kPing, bool kRows8 = false>

@@ -1,8 +1,11 @@
 // MLA attention in its absorbed form on the device over an unquantized latent cache, with
 // the contract of kernels/params/mla_attention_params.h (every pointer a device pointer;
-// block_tables a device array of [num_tokens] device pointers). Same structure as
-// paged_attention.h: one thread block per (token, head), tiles of 128 keys, online softmax;
-// the score reads the latent and the RoPE key, the value is the latent.
+// block_tables a device array of [num_tokens] device pointers). bf16/f16 caches of DeepSeek's
+// latent (kv_lora_rank 512, or 64, + RoPE 64): tensor cores, a block per (token, up to 64 heads)
+// reading each tile of the token's latent once for all of them (mla_attention.cu). Other shapes
+// and f32 caches: one thread block per (token, head), tiles of 128 keys, online softmax in f32;
+// the score reads the latent and the RoPE key, the value is the latent. Either way a row's
+// result depends only on its token: the same bits in any batch.
 // REQUIRES: kv_lora_rank <= 1024, quantized latent/rope formats refused by the backend.
 #pragma once
 
