@@ -33,7 +33,7 @@ struct KernelArgs {
   int tokens_per_warp;
   int k_row_bytes, v_row_bytes;  // a (token, KV head) row of the cache
   int k_scale_group, v_scale_group;  // int8, int4: values per scale
-  float k_global, v_global;          // nvfp4: the tensor scales (1 when the format's is 0)
+  float v_global;                    // nvfp4: V's tensor scale (1 when the format's is 0)
 };
 
 __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int pos) {
@@ -45,9 +45,9 @@ __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int po
 // one segment); otherwise every segment, merged as the walk goes.
 // kPing: one K and one V buffer instead of two stages of both (half the shared memory, twice
 // the blocks an SM): K of the next tile loads while P V runs, V while the next scores do.
-// KV: the cache's element type (bf16, f16), Int8Row / Int4Row / Nvfp4Row (dequantized into one
-// bf16 tile, kPing: K then V, or two), or Fp8KRegs<fp8 row> / IntRegs<int row> (read from the
-// raw rows into registers): quantized rows land raw (RawGeometry) in K and V buffers (kPing) or two
+// KV: the cache's element type (bf16, f16), Int8Row / Int4Row (dequantized into one bf16 tile,
+// kPing: K then V, or two), or Fp8KRegs<fp8 row> / IntRegs<int row> / Fp4Regs<Nvfp4Row> (read
+// from the raw rows into registers): quantized rows land raw (RawGeometry) in K and V buffers (kPing) or two
 // stages of both.
 template <int HD, int kWarps, bool kSplit, bool kPing, typename KV>
 __host__ __device__ constexpr int KVSmemBytes() {
@@ -237,7 +237,9 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   int vexp = 0;  // K and V in registers: the accumulators hold O x 2^vexp (AddRawValues)
   // O's value at accumulator (dt, i).
   auto o_val = [&](int dt, int i) {
-    if constexpr (kKRegs) {
+    if constexpr (kFp4Row<Row>) {  // V's values without the tensor scale
+      return __fmul_rn(st.acc[dt][i], a.v_global);
+    } else if constexpr (kKRegs) {
       return __fmul_rn(st.acc[dt][i], OScale(vexp));
     } else {
       return st.acc[dt][i];
@@ -327,7 +329,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       if constexpr (kKRegs) {
         if (active) ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{kb, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
       } else if constexpr (kQuant) {
-        DequantizeTile<Row, HD, kThreads>(kb, tile, a.k_scale_group, a.k_global);
+        DequantizeTile<Row, HD, kThreads>(kb, tile, a.k_scale_group);
       } else {
         if (active) ScoreTile<T, HD, kRows8>(kb, tile_start, qf, rows, a.scale_log2, mask, st, s);
       }
@@ -340,7 +342,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       CpAsyncWait<1>();  // V of tile j
       barrier();         // (and the scores have read the tile)
       if constexpr (kQuant && !kKRegs) {
-        DequantizeTile<Row, HD, kThreads>(vb, tile, a.v_scale_group, a.v_global);
+        DequantizeTile<Row, HD, kThreads>(vb, tile, a.v_scale_group);
         barrier();
         if (j < tile_hi) load_vb(j + 1);
         CpAsyncCommit();
@@ -383,8 +385,8 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       barrier();
       if constexpr (kQuant && !kKRegs) {
         const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
-        DequantizeTile<Row, HD, kThreads>(r, kt, a.k_scale_group, a.k_global);
-        DequantizeTile<Row, HD, kThreads>(r + Raw::kTileBytes, vt, a.v_scale_group, a.v_global);
+        DequantizeTile<Row, HD, kThreads>(r, kt, a.k_scale_group);
+        DequantizeTile<Row, HD, kThreads>(r + Raw::kTileBytes, vt, a.v_scale_group);
         barrier();
       } else if constexpr (kFragTiles) {
         const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
@@ -526,14 +528,16 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
   a.p = p;
   a.items = nullptr;
   a.partial = scratch;
-  a.scale_log2 = static_cast<float>(static_cast<double>(p.scale) * 1.4426950408889634);
+  // nvfp4 read in registers: K's tensor scale folded into the softmax scale (one rounding).
+  const double k_tensor =
+      p.k_format.quant == KVQuant::kNvfp4 && p.k_format.tensor_scale > 0.0f ? p.k_format.tensor_scale : 1.0;
+  a.scale_log2 = static_cast<float>(static_cast<double>(p.scale) * 1.4426950408889634 * k_tensor);
   a.group = static_cast<int>(p.num_heads / p.num_kv_heads);
   a.tokens_per_warp = 16 / a.group;
   a.k_row_bytes = static_cast<int>(DeviceKVRowBytes(p.k_format));
   a.v_row_bytes = static_cast<int>(DeviceKVRowBytes(p.v_format));
   a.k_scale_group = static_cast<int>(std::min<int64_t>(p.k_format.group, HD));
   a.v_scale_group = static_cast<int>(std::min<int64_t>(p.v_format.group, HD));
-  a.k_global = p.k_format.tensor_scale > 0.0f ? p.k_format.tensor_scale : 1.0f;
   a.v_global = p.v_format.tensor_scale > 0.0f ? p.v_format.tensor_scale : 1.0f;
   const unsigned kv = static_cast<unsigned>(p.num_kv_heads);
   switch (shape) {
@@ -665,7 +669,7 @@ void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max
       return IntRegsServe(p) ? run.template operator()<IntRegs<Int8Row>>() : run.template operator()<Int8Row>();
     case KVQuant::kInt4:
       return IntRegsServe(p) ? run.template operator()<IntRegs<Int4Row>>() : run.template operator()<Int4Row>();
-    case KVQuant::kNvfp4: return run.template operator()<Nvfp4Row>();
+    case KVQuant::kNvfp4: return run.template operator()<Fp4Regs<Nvfp4Row>>();
     default:
       if (p.kv_dtype == DType::kBF16) return run.template operator()<__nv_bfloat16>();
       return run.template operator()<__half>();

@@ -1,6 +1,6 @@
 // FlashAttention over quantized KV rows (fp8 e4m3/e5m2, int8, int4, nvfp4): the raw tiles they
 // land in, K's and V's fragments converted from them in registers, and the conversion into bf16
-// tiles for nvfp4 and for int8 and int4 scale groups the register path does not take.
+// tiles for int8 and int4 scale groups the register path does not take.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,13 +28,18 @@ namespace pagoda::cuda::flash {
 //         to f16, exact), each key's scale (times the tile's power of two) multiplying P before
 //         P is rounded to f16. No bf16 tile: the raw K and V buffers are all the shared memory a
 //         warp needs.
-//   nvfp4 (E2M1 nibbles, an e4m3 scale per 16 values) and other int8/int4 groups: the tile is
-//         dequantized into bf16 rows (DequantizeTile; Geometry: code x scale in f32, as the CPU
-//         codec dequantizes, rounded to bf16) and the products run as for a bf16 cache.
+//   nvfp4 in registers (Fp4Regs): each E2M1 value times its group's e4m3 scale in f16 (exact:
+//         RawFp4K, RawValueFragments), so neither product needs group sums or scaled P; the
+//         tensor scales fold into the softmax scale (K) and the output (V).
+//   Other int8/int4 groups: the tile is dequantized into bf16 rows (DequantizeTile; Geometry:
+//         code x scale in f32, as the CPU codec dequantizes, rounded to bf16) and the products
+//         run as for a bf16 cache.
 template <typename Tag>
 struct Fp8KRegs {};
 template <typename Tag>
 struct IntRegs {};  // int8 / int4 rows read in registers (IntRegsServe)
+template <typename Tag>
+struct Fp4Regs {};  // nvfp4 rows read in registers
 template <typename KV>
 struct KVKind {
   using Row = KV;  // the row format (or element type)
@@ -50,8 +55,15 @@ struct KVKind<IntRegs<Tag>> {
   using Row = Tag;
   static constexpr bool kKRegs = true;
 };
+template <typename Tag>
+struct KVKind<Fp4Regs<Tag>> {
+  using Row = Tag;
+  static constexpr bool kKRegs = true;
+};
 template <typename Row>
 inline constexpr bool kFp8Row = std::is_same_v<Row, Fp8E4M3Row> || std::is_same_v<Row, Fp8E5M2Row>;
+template <typename Row>
+inline constexpr bool kFp4Row = std::is_same_v<Row, Nvfp4Row>;
 // Bytes of codes before a row's scales.
 template <typename Row, int HD>
 inline constexpr int kCodeBytes = std::is_same_v<Row, Int4Row> || std::is_same_v<Row, Nvfp4Row> ? HD / 2 : HD;
@@ -81,6 +93,26 @@ __device__ __forceinline__ uint32_t Int4Pair(uint32_t x) {
                           : __hsub2(*reinterpret_cast<const __half2*>(&y), __half2(__half(1032.0f), __half(1032.0f)));
   return *reinterpret_cast<const uint32_t*>(&h);
 }
+// nvfp4: the E2M1 nibbles na and nb (bits 3-0; higher bits ignored) as an exact f16 pair (na
+// low). An E2M1 magnitude's f16 has a zero low byte, its high byte one of eight (0, 0.5, 1,
+// 1.5, 2, 3, 4, 6: 0x00 0x38 0x3C 0x3E 0x40 0x42 0x44 0x46), picked by a byte permute from two
+// words; the sign is bit 3.
+__device__ __forceinline__ uint32_t Fp4Pair(uint32_t na, uint32_t nb) {
+  const uint32_t sel = ((na & 7u) << 4) | ((nb & 7u) << 12);  // bytes 0 and 2: table byte 0 (zero)
+  return __byte_perm(0x3E3C3800u, 0x46444240u, sel) | ((na & 8u) << 12) | ((nb & 8u) << 28);
+}
+// An e4m3 scale as f16 (exact), in both halves.
+__device__ __forceinline__ uint32_t E4m3Pair(uint8_t a, uint8_t b) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(a | b << 8), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
+}
+// x * y on f16 pairs: nvfp4's E2M1 value times its e4m3 scale, exact in f16 (at most 6 x 448, at
+// least 0.5 x 2^-9; 2 + 4 significant bits).
+__device__ __forceinline__ uint32_t HMul2(uint32_t x, uint32_t y) {
+  const __half2 h = __hmul2(*reinterpret_cast<const __half2*>(&x), *reinterpret_cast<const __half2*>(&y));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
 template <typename KV>
 inline constexpr bool kQuantKV = KVRowTraits<typename KVKind<KV>::Row>::kQuantized;
 template <typename KV>
@@ -128,6 +160,14 @@ __device__ __forceinline__ void FragKLoad(const uint8_t* frags, int n, int kk, u
   const uint2 v = *reinterpret_cast<const uint2*>(frags + FragK<HD>(n, kk, threadIdx.x & 31));
   b[0] = v.x;
   b[1] = v.y;
+}
+template <int HD>
+__device__ __forceinline__ void FragVLoad(const uint8_t* frags, int kk, int c, uint32_t (&b)[4][2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4 v = *reinterpret_cast<const uint4*>(frags + FragV<HD>(kk, c, h, threadIdx.x & 31));
+    b[2 * h][0] = v.x, b[2 * h][1] = v.y, b[2 * h + 1][0] = v.z, b[2 * h + 1][1] = v.w;
+  }
 }
 
 // K's B fragments from a raw fp8 tile (RawGeometry): two codes converted to an f16 pair a
@@ -208,8 +248,34 @@ struct RawIntK {
     }
   }
 };
+// K's B fragments from a raw nvfp4 tile (QKColumn's order, as fp8): a thread's 4 columns of a
+// k-step are two bytes of nibbles in one 16-value group, each value times the group's e4m3 scale
+// in f16 (exact), so Q K^T needs no group sums; the tensor scale is folded into the softmax scale
+// (KernelArgs::scale_log2).
+template <typename Tag, int HD, bool kTile = false>
+struct RawFp4K {
+  const uint8_t* raw;
+  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
+  __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
+    if constexpr (kTile) return FragKLoad<HD>(frags, n, kk, b);
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const uint8_t* row = Row(n * 8 + g);
+    const int col = QKColumn(kk, q, 0);
+    const uint32_t w = *reinterpret_cast<const uint16_t*>(row + col / 2);  // columns col..col + 3
+    const uint8_t sc = row[HD / 2 + col / 16];
+    const uint32_t s2 = E4m3Pair(sc, sc);
+    b[0] = HMul2(Fp4Pair(w, w >> 4), s2);
+    b[1] = HMul2(Fp4Pair(w >> 8, w >> 12), s2);
+  }
+  __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
+  static constexpr bool kGrouped = false;
+  int group;             // unused (a scale per 16 values)
+  const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
+};
+
 template <typename Row, int HD, bool kTile = false>
-using RawK = std::conditional_t<kFp8Row<Row>, RawFp8K<Row, HD, kTile>, RawIntK<Row, HD, kTile>>;
+using RawK = std::conditional_t<kFp8Row<Row>, RawFp8K<Row, HD, kTile>,
+                                std::conditional_t<kFp4Row<Row>, RawFp4K<Row, HD, kTile>, RawIntK<Row, HD, kTile>>>;
 
 // V's B fragments for k-step kk's keys `rows` (2q, 2q + 1, 2q + 8, 2q + 9 of the thread's quad)
 // and the 32-column block c, in OutColumn's order: b[i] is n-tile 4c + i's fragment (its column
@@ -240,6 +306,20 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
       const uint32_t lo = __byte_perm(w[2 * k], w[2 * k + 1], 0x5140), hi = __byte_perm(w[2 * k], w[2 * k + 1], 0x7362);
       b[0][k] = Int8Pair(lo, 0x4140), b[1][k] = Int8Pair(lo, 0x4342);
       b[2][k] = Int8Pair(hi, 0x4140), b[3][k] = Int8Pair(hi, 0x4342);
+    }
+  } else if constexpr (kFp4Row<Tag>) {  // nvfp4: two bytes a key, its columns' group scale
+    uint32_t w[4];
+    uint8_t sc[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = *reinterpret_cast<const uint16_t*>(rows[i] + 16 * c + 2 * g);
+      sc[i] = rows[i][HD / 2 + 2 * c + (g >> 2)];  // columns 32c + 4g..+3: group 2c + g / 4
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {  // keys (2q, 2q + 1), then (2q + 8, 2q + 9)
+      const uint32_t s2 = E4m3Pair(sc[2 * k], sc[2 * k + 1]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) b[i][k] = HMul2(Fp4Pair(w[2 * k] >> (4 * i), w[2 * k + 1] >> (4 * i)), s2);
     }
   } else {  // int4: two bytes a key (columns 4g..4g + 3, low nibble first)
     uint32_t w[4];
@@ -305,6 +385,30 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
   constexpr bool kFp8 = kFp8Row<Tag>;
   constexpr int kCode = kCodeBytes<Tag, HD>;
   const int lane = threadIdx.x & 31, q = lane & 3;
+  if constexpr (kFp4Row<Tag>) {  // V's fragments carry their scales: P as it is, in f16
+#pragma unroll
+    for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+      const uint8_t* rows[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) rows[i] = RawRow<Tag, HD>(raw, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
+      const uint32_t a[4] = {PackPair<__half>(s[2 * kk][0], s[2 * kk][1]),
+                             kRows8 ? 0u : PackPair<__half>(s[2 * kk][2], s[2 * kk][3]),
+                             PackPair<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             kRows8 ? 0u : PackPair<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int c = 0; c < HD / 32; ++c) {
+        uint32_t b[4][2];
+        if constexpr (kTile) {
+          FragVLoad<HD>(v_frags, kk, c, b);
+        } else {
+          RawValueFragments<Tag, HD>(rows, c, b);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) MmaRows<__half, kRows8>(st.acc[4 * c + i], a, b[i]);
+      }
+    }
+    return;
+  }
   const int groups = kFp8 ? 1 : HD / group;
   auto row = [&](int r) { return RawRow<Tag, HD>(raw, r); };
   auto scale_of = [&](const uint8_t* r, int gi) {
@@ -357,11 +461,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
       }
       uint32_t b[4][2];
       if constexpr (kTile) {  // built once for the block (BuildFragments)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint4 v = *reinterpret_cast<const uint4*>(v_frags + FragV<HD>(kk, c, h, lane));
-          b[2 * h][0] = v.x, b[2 * h][1] = v.y, b[2 * h + 1][0] = v.z, b[2 * h + 1][1] = v.w;
-        }
+        FragVLoad<HD>(v_frags, kk, c, b);
       } else {
         RawValueFragments<Tag, HD>(rows, c, b);
       }
@@ -374,35 +474,17 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
 // What O's accumulators are multiplied by to give O: 2^-vexp (AddRawValues).
 __device__ __forceinline__ float OScale(int vexp) { return __int_as_float((127 - vexp) << 23); }
 
-// An int8, int4 or nvfp4 raw tile (RawGeometry) into the bf16 rows of `tile`, 8 values a thread
-// at a time: code x its group's scale in f32 (DequantizeRun's products; nvfp4: E2M1 value x (e4m3
-// scale x the tensor scale `global`), as kv/kv_codec.cc), rounded to bf16. Rows start 2-byte
-// aligned in shared memory.
+// An int8 or int4 raw tile (RawGeometry) into the bf16 rows of `tile`, 8 values a thread at a
+// time: code x its group's scale in f32 (DequantizeRun's products), rounded to bf16. Rows start
+// 2-byte aligned in shared memory.
 template <typename Row, int HD, int kThreads>
-__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile, int scale_group, float global) {
-  static_assert(std::is_same_v<Row, Int8Row> || std::is_same_v<Row, Int4Row> || std::is_same_v<Row, Nvfp4Row>,
-                "fp8 rows are read in registers");
+__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile, int scale_group) {
+  static_assert(std::is_same_v<Row, Int8Row> || std::is_same_v<Row, Int4Row>, "fp8 and nvfp4 rows are read in registers");
   constexpr int kRuns = HD / 8;
   for (int u = threadIdx.x; u < kKeyTile * kRuns; u += kThreads) {
     const int r = u / kRuns, i = (u % kRuns) * 8;
     const uint8_t* row = RawRow<Row, HD>(raw, r);
     uint32_t out[4];
-    if constexpr (std::is_same_v<Row, Nvfp4Row>) {  // E2M1 nibbles, value 2k low; an e4m3 scale per 16
-      // A nibble's magnitude bits (e1 e0 m) at f16 bits 11-9 and its sign at bit 15 make the f16
-      // value x 2^-14 (e = 0 lands in the subnormals: m / 2 x 2^-14), so the scale takes 2^14
-      // (exact): the product is the CPU codec's value x scale, rounded once to bf16.
-      const float s = __fmul_rn(__fmul_rn(Fp8ToFloat(row[HD / 2 + i / 16], Fp8E4M3Row{}), global), 16384.0f);
-      const uint32_t w = *reinterpret_cast<const uint32_t*>(row + i / 2);  // 8 nibbles; rows 4-byte aligned
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t b = w >> (8 * j);
-        const uint32_t h = ((b & 7u) << 9) | ((b & 8u) << 12) | ((b & 0x70u) << 21) | ((b & 0x80u) << 24);
-        const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&h));
-        out[j] = PackPair<__nv_bfloat16>(__fmul_rn(v.x, s), __fmul_rn(v.y, s));
-      }
-      *reinterpret_cast<uint4*>(tile + r * Geometry<HD>::kRowBytes + i * 2) = make_uint4(out[0], out[1], out[2], out[3]);
-      continue;
-    }
     const float s = __half2float(*reinterpret_cast<const __half*>(row + kCodeBytes<Row, HD> + 2 * (i / scale_group)));
     if constexpr (std::is_same_v<Row, Int8Row>) {
 #pragma unroll
