@@ -64,9 +64,10 @@ __global__ void MlaAttentionKernel(MlaAttentionParams p) {
 // and its warps run S = Q K^T over the RANK + ROPE values and O += P V over the latent on
 // mma.sync m16n8k16, Q and P rounded to T (the cache's 16-bit type), f32 accumulators, the online
 // softmax in f32 in the log2 domain (FlashAttention's tile arithmetic, flash_tile.cuh). A warp
-// holds 16 heads and RANK / kColWarps of O's columns; the kColWarps warps of a head tile each
-// compute the tile's scores (the same bits) and their own columns. A row's result depends only
-// on its token's keys: the same bits in any batch.
+// holds 16 heads and kCols of O's columns; the kColWarps warps of a head tile, and the blocks
+// of a (token, heads) along blockIdx.z, each compute the tile's scores (the same bits) and their
+// own columns (a column's sum does not depend on which warp runs it: more blocks for few heads).
+// A row's result depends only on its token's keys: the same bits in any batch.
 constexpr int kMlaTile = 32;  // keys a tile
 
 template <int RANK, int ROPE>
@@ -78,18 +79,18 @@ struct MlaGeometry {
   static_assert(RANK % 16 == 0 && ROPE % 16 == 0, "16-value k-steps");
 };
 
-template <typename T, int RANK, int ROPE, int kHeadTiles, int kColWarps>
+template <typename T, int RANK, int ROPE, int kHeadTiles, int kColWarps, int kCols>
 __global__ void __launch_bounds__(32 * kHeadTiles * kColWarps) MlaMmaKernel(MlaAttentionParams p, float scale_log2) {
   using Geo = MlaGeometry<RANK, ROPE>;
   constexpr int kThreads = 32 * kHeadTiles * kColWarps, kHeads = 16 * kHeadTiles;
-  constexpr int kCols = RANK / kColWarps;  // O's columns a warp
   constexpr int kDTiles = kCols / 8;
   static_assert(kCols % 16 == 0, "O's columns in pairs of n-tiles");
   extern __shared__ __align__(16) uint8_t mla_smem[];
   uint8_t* q_s = mla_smem;                            // [kHeads] rows
   uint8_t* k_s = mla_smem + kHeads * Geo::kRowBytes;  // two stages of kMlaTile rows
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-  const int head_tile = warp / kColWarps, col0 = (warp % kColWarps) * kCols;
+  const int head_tile = warp / kColWarps;
+  const int col0 = static_cast<int>(blockIdx.z) * kColWarps * kCols + (warp % kColWarps) * kCols;
   const int64_t t = blockIdx.x;
   const int64_t h0 = static_cast<int64_t>(blockIdx.y) * kHeads;
   const int pos = p.positions[t];
@@ -227,16 +228,18 @@ __global__ void __launch_bounds__(32 * kHeadTiles * kColWarps) MlaMmaKernel(MlaA
   }
 }
 
-template <typename T, int RANK, int ROPE, int kHeadTiles>
+// kColWarps warps of kCols columns for each head tile; RANK / (kColWarps x kCols) blocks along z.
+template <typename T, int RANK, int ROPE, int kHeadTiles, int kColWarps, int kCols>
 void LaunchMlaMma(const MlaAttentionParams& p, cudaStream_t stream) {
-  constexpr int kColWarps = RANK > 256 ? 2 : 1;
+  static_assert(RANK % (kColWarps * kCols) == 0, "whole column blocks");
   using Geo = MlaGeometry<RANK, ROPE>;
   constexpr int kSmem = 16 * kHeadTiles * Geo::kRowBytes + 2 * Geo::kTileBytes;
-  auto kernel = MlaMmaKernel<T, RANK, ROPE, kHeadTiles, kColWarps>;
+  auto kernel = MlaMmaKernel<T, RANK, ROPE, kHeadTiles, kColWarps, kCols>;
   static uint32_t devices_done = 0;
   AllowSmem(kernel, kSmem, &devices_done);
   const int64_t heads = 16 * kHeadTiles;
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.num_heads + heads - 1) / heads));
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>((p.num_heads + heads - 1) / heads),
+                  RANK / (kColWarps * kCols));
   const float scale_log2 = static_cast<float>(static_cast<double>(p.scale) * 1.4426950408889634);
   kernel<<<grid, 32 * kHeadTiles * kColWarps, kSmem, stream>>>(p, scale_log2);
   PAGODA_CUDA_CHECK_LAUNCH("MlaMmaKernel");
@@ -255,11 +258,14 @@ bool MlaMmaServes(const MlaAttentionParams& p) {
 
 template <typename T>
 void RunMlaMma(const MlaAttentionParams& p, cudaStream_t stream) {
-  const bool one_tile = p.num_heads <= 16;  // one head tile a block; 64 heads otherwise
+  // Up to 16 heads (a tensor-parallel rank's share): one head tile a block, O's 512 columns over
+  // four blocks of two warps (four times the blocks for a batch); more heads: 64 a block, each
+  // warp 256 columns (the latent read once for 64 heads).
+  const bool one_tile = p.num_heads <= 16;
   if (p.kv_lora_rank == 512) {
-    one_tile ? LaunchMlaMma<T, 512, 64, 1>(p, stream) : LaunchMlaMma<T, 512, 64, 4>(p, stream);
+    one_tile ? LaunchMlaMma<T, 512, 64, 1, 2, 64>(p, stream) : LaunchMlaMma<T, 512, 64, 4, 2, 256>(p, stream);
   } else {
-    one_tile ? LaunchMlaMma<T, 64, 64, 1>(p, stream) : LaunchMlaMma<T, 64, 64, 4>(p, stream);
+    one_tile ? LaunchMlaMma<T, 64, 64, 1, 1, 64>(p, stream) : LaunchMlaMma<T, 64, 64, 4, 1, 64>(p, stream);
   }
 }
 
