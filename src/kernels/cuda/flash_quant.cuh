@@ -183,7 +183,7 @@ struct RawIntK {
     }
   }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }  // Scores scaled it
-  template <typename T, bool kRows8>
+  template <typename T>
   __device__ __forceinline__ void Scores(const uint32_t (&qf)[HD / 16][4], float (&s)[8][4]) const {
     const int q = threadIdx.x & 3, steps = group / 16;
 #pragma unroll
@@ -195,11 +195,11 @@ struct RawIntK {
         if (kk % steps == 0) part[0] = part[1] = part[2] = part[3] = 0.0f;
         uint32_t b[2];
         Load(n, kk, b);
-        MmaRows<T, kRows8>(part, qf[kk], b);
+        Mma<T>(part, qf[kk], b);
         if ((kk + 1) % steps == 0) {
           const int gi = kk / steps;
 #pragma unroll
-          for (int i = 0; i < (kRows8 ? 2 : 4); ++i) {
+          for (int i = 0; i < 4; ++i) {
             const float sc = __half2float(*reinterpret_cast<const __half*>(srow[i & 1] + 2 * gi));
             s[n][i] = gi == 0 ? __fmul_rn(part[i], sc) : __fmaf_rn(part[i], sc, s[n][i]);
           }
@@ -299,7 +299,7 @@ __device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8
 // A B fragment needs two keys at one column; a thread reads 4 columns of each of its 4 keys a
 // k-step and pairs them with byte permutes, so O's columns are permuted: n-tile 4c + i's column n
 // holds head-dim column 32c + 4n + i (OutColumn<true> maps them back).
-template <typename Tag, int HD, bool kRows8 = false, bool kTile = false>
+template <typename Tag, int HD, bool kTile = false>
 __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s)[8][4], State<HD>& st, int& vexp,
                                              int group, const uint8_t* v_frags = nullptr) {
   constexpr bool kFp8 = kFp8Row<Tag>;
@@ -327,7 +327,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
 #pragma unroll
     for (int dt = 0; dt < HD / 8; ++dt) {
 #pragma unroll
-      for (int i = 0; i < (kRows8 ? 2 : 4); ++i) st.acc[dt][i] = __fmul_rn(st.acc[dt][i], r);
+      for (int i = 0; i < 4; ++i) st.acc[dt][i] = __fmul_rn(st.acc[dt][i], r);
     }
     vexp = e;
   }
@@ -344,10 +344,9 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
 #pragma unroll
       for (int i = 0; i < 4; ++i) scale[i] = __fmul_rn(scale_of(rows[i], gi), f);
       a[0] = PackPair<__half>(__fmul_rn(s[2 * kk][0], scale[0]), __fmul_rn(s[2 * kk][1], scale[1]));
-      a[1] = kRows8 ? 0u : PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1]));
+      a[1] = PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1]));
       a[2] = PackPair<__half>(__fmul_rn(s[2 * kk + 1][0], scale[2]), __fmul_rn(s[2 * kk + 1][1], scale[3]));
-      a[3] = kRows8 ? 0u
-                    : PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]));
+      a[3] = PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]));
     };
     if constexpr (kFp8) make_a(0);
 #pragma unroll
@@ -366,7 +365,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
         RawValueFragments<Tag, HD>(rows, c, b);
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) MmaRows<__half, kRows8>(st.acc[4 * c + i], a, b[i]);
+      for (int i = 0; i < 4; ++i) Mma<__half>(st.acc[4 * c + i], a, b[i]);
     }
   }
 }
@@ -400,26 +399,25 @@ __device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile
         const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&h));
         out[j] = PackPair<__nv_bfloat16>(__fmul_rn(v.x, s), __fmul_rn(v.y, s));
       }
-      *reinterpret_cast<uint4*>(tile + r * Geometry<HD>::kRowBytes + i * 2) = make_uint4(out[0], out[1], out[2], out[3]);
-      continue;
-    }
-    const float s = __half2float(*reinterpret_cast<const __half*>(row + kCodeBytes<Row, HD> + 2 * (i / scale_group)));
-    if constexpr (std::is_same_v<Row, Int8Row>) {
+    } else {
+      const float s = __half2float(*reinterpret_cast<const __half*>(row + kCodeBytes<Row, HD> + 2 * (i / scale_group)));
+      if constexpr (std::is_same_v<Row, Int8Row>) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint32_t w = *reinterpret_cast<const uint16_t*>(row + i + 2 * j);
-        out[j] = PackPair<__nv_bfloat16>(__fmul_rn(static_cast<float>(static_cast<int8_t>(w & 0xff)), s),
-                                         __fmul_rn(static_cast<float>(static_cast<int8_t>(w >> 8)), s));
-      }
-    } else {  // int4: nibbles q + 8, value 2k low
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t w = *reinterpret_cast<const uint16_t*>(row + i + 2 * j);
+          out[j] = PackPair<__nv_bfloat16>(__fmul_rn(static_cast<float>(static_cast<int8_t>(w & 0xff)), s),
+                                           __fmul_rn(static_cast<float>(static_cast<int8_t>(w >> 8)), s));
+        }
+      } else {  // int4: nibbles q + 8, value 2k low
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const uint32_t w = *reinterpret_cast<const uint16_t*>(row + i / 2 + 2 * j);
+        for (int j = 0; j < 2; ++j) {
+          const uint32_t w = *reinterpret_cast<const uint16_t*>(row + i / 2 + 2 * j);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t b = w >> (8 * h);
-          out[2 * j + h] = PackPair<__nv_bfloat16>(__fmul_rn(static_cast<float>(static_cast<int>(b & 15) - 8), s),
-                                                   __fmul_rn(static_cast<float>(static_cast<int>((b >> 4) & 15) - 8), s));
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t b = w >> (8 * h);
+            out[2 * j + h] = PackPair<__nv_bfloat16>(__fmul_rn(static_cast<float>(static_cast<int>(b & 15) - 8), s),
+                                                     __fmul_rn(static_cast<float>(static_cast<int>((b >> 4) & 15) - 8), s));
+          }
         }
       }
     }
