@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
         barrier();
       } else {
         if constexpr (kKRegs) {
-          if (active) AddRawValues<Row, HD, kRows8>(vb, s, st, vexp, a.v_scale_group);
+          if (active) AddRawValues<Row, HD>(vb, s, st, vexp, a.v_scale_group);
         } else {
           if (active) AddValues<T, HD, kRows8>(vb, s, st);
         }
@@ -401,11 +401,11 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
           float s[8][4];
           ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD, true>{ks, a.k_scale_group, kt}, tile_start, qf, rows, a.scale_log2, mask,
                                 st, s);
-          AddRawValues<Row, HD, kRows8, true>(ks + Raw::kTileBytes, s, st, vexp, a.v_scale_group, vt);
+          AddRawValues<Row, HD, true>(ks + Raw::kTileBytes, s, st, vexp, a.v_scale_group, vt);
         } else if constexpr (kKRegs) {
           float s[8][4];
           ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{ks, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
-          AddRawValues<Row, HD, kRows8>(ks + Raw::kTileBytes, s, st, vexp, a.v_scale_group);
+          AddRawValues<Row, HD>(ks + Raw::kTileBytes, s, st, vexp, a.v_scale_group);
         } else if constexpr (kQuant) {
           float s[8][4];
           ScoreTile<T, HD, kRows8>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);

@@ -223,7 +223,7 @@ struct RawIntK {
     }
   }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }  // Scores scaled it
-  template <typename T, bool kRows8>
+  template <typename T>
   __device__ __forceinline__ void Scores(const uint32_t (&qf)[HD / 16][4], float (&s)[8][4]) const {
     const int q = threadIdx.x & 3, steps = group / 16;
 #pragma unroll
@@ -235,11 +235,11 @@ struct RawIntK {
         if (kk % steps == 0) part[0] = part[1] = part[2] = part[3] = 0.0f;
         uint32_t b[2];
         Load(n, kk, b);
-        MmaRows<T, kRows8>(part, qf[kk], b);
+        Mma<T>(part, qf[kk], b);
         if ((kk + 1) % steps == 0) {
           const int gi = kk / steps;
 #pragma unroll
-          for (int i = 0; i < (kRows8 ? 2 : 4); ++i) {
+          for (int i = 0; i < 4; ++i) {
             const float sc = __half2float(*reinterpret_cast<const __half*>(srow[i & 1] + 2 * gi));
             s[n][i] = gi == 0 ? __fmul_rn(part[i], sc) : __fmaf_rn(part[i], sc, s[n][i]);
           }
@@ -379,7 +379,7 @@ __device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8
 // A B fragment needs two keys at one column; a thread reads 4 columns of each of its 4 keys a
 // k-step and pairs them with byte permutes, so O's columns are permuted: n-tile 4c + i's column n
 // holds head-dim column 32c + 4n + i (OutColumn<true> maps them back).
-template <typename Tag, int HD, bool kRows8 = false, bool kTile = false>
+template <typename Tag, int HD, bool kTile = false>
 __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s)[8][4], State<HD>& st, int& vexp,
                                              int group, const uint8_t* v_frags = nullptr) {
   constexpr bool kFp8 = kFp8Row<Tag>;
@@ -392,9 +392,9 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
 #pragma unroll
       for (int i = 0; i < 4; ++i) rows[i] = RawRow<Tag, HD>(raw, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
       const uint32_t a[4] = {PackPair<__half>(s[2 * kk][0], s[2 * kk][1]),
-                             kRows8 ? 0u : PackPair<__half>(s[2 * kk][2], s[2 * kk][3]),
+                             PackPair<__half>(s[2 * kk][2], s[2 * kk][3]),
                              PackPair<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             kRows8 ? 0u : PackPair<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                             PackPair<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int c = 0; c < HD / 32; ++c) {
         uint32_t b[4][2];
@@ -404,7 +404,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
           RawValueFragments<Tag, HD>(rows, c, b);
         }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) MmaRows<__half, kRows8>(st.acc[4 * c + i], a, b[i]);
+        for (int i = 0; i < 4; ++i) Mma<__half>(st.acc[4 * c + i], a, b[i]);
       }
     }
     return;
@@ -431,7 +431,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
 #pragma unroll
     for (int dt = 0; dt < HD / 8; ++dt) {
 #pragma unroll
-      for (int i = 0; i < (kRows8 ? 2 : 4); ++i) st.acc[dt][i] = __fmul_rn(st.acc[dt][i], r);
+      for (int i = 0; i < 4; ++i) st.acc[dt][i] = __fmul_rn(st.acc[dt][i], r);
     }
     vexp = e;
   }
@@ -448,10 +448,9 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
 #pragma unroll
       for (int i = 0; i < 4; ++i) scale[i] = __fmul_rn(scale_of(rows[i], gi), f);
       a[0] = PackPair<__half>(__fmul_rn(s[2 * kk][0], scale[0]), __fmul_rn(s[2 * kk][1], scale[1]));
-      a[1] = kRows8 ? 0u : PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1]));
+      a[1] = PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1]));
       a[2] = PackPair<__half>(__fmul_rn(s[2 * kk + 1][0], scale[2]), __fmul_rn(s[2 * kk + 1][1], scale[3]));
-      a[3] = kRows8 ? 0u
-                    : PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]));
+      a[3] = PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]));
     };
     if constexpr (kFp8) make_a(0);
 #pragma unroll
@@ -466,7 +465,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
         RawValueFragments<Tag, HD>(rows, c, b);
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) MmaRows<__half, kRows8>(st.acc[4 * c + i], a, b[i]);
+      for (int i = 0; i < 4; ++i) Mma<__half>(st.acc[4 * c + i], a, b[i]);
     }
   }
 }

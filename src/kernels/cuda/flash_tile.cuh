@@ -124,7 +124,8 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
   const int lane = threadIdx.x & 31, q = lane & 3;
   // S = Q K^T: eight n-tiles of 8 keys (kGrouped sources scale their groups' sums themselves).
   if constexpr (KFrag::kGrouped) {
-    kf.template Scores<T, kRows8>(qf, s);
+    static_assert(!kRows8, "grouped sources (int8/int4 in registers) keep all 16 rows");
+    kf.template Scores<T>(qf, s);
   } else {
 #pragma unroll
     for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
