@@ -133,7 +133,9 @@ void CudaBackend::MlaAttention(KVCache& cache, int64_t layer, int64_t num_heads,
   p.positions = s_->positions.Get<int32_t>(0);
   p.block_tables = s_->token_tables.Get<const int32_t*>(0);
   p.scale = scale;
-  cuda::MlaAttention(p, s_->stream);
+  // As FlashAttention's: a captured graph serves the later steps of its split depth.
+  const int64_t floats = cuda::MlaAttentionScratchFloats(p, s_->max_keys);
+  cuda::MlaAttention(p, s_->max_keys, floats > 0 ? s_->attention_partial.Get<float>(floats) : nullptr, s_->stream);
 }
 
 }  // namespace pagoda

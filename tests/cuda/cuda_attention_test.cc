@@ -286,8 +286,9 @@ TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
 // MLA in its absorbed form against the CPU: f32 caches and ranks without the tensor-core kernel
 // (the SIMT kernel, f32 arithmetic) within the f32 tolerance; bf16 caches with DeepSeek's RoPE
 // width (rank 64 or 512 + RoPE 64: the tensor-core kernel, Q and P rounded to bf16) within the
-// bf16 attention tolerance, with 5 heads (one head tile a block) and 20 (64-head blocks, padded);
-// and a token's row computed alone (a decode step) is the same bits as inside the prefill.
+// bf16 attention tolerance, with 5 heads (one head tile a block, segments of 256 keys) and 20
+// (64-head blocks, padded); and tokens computed alone (a decode step: split blocks and their merge
+// at 5 heads) are the same bits as inside the prefill (303 tokens: the blocks walk the segments).
 TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {
   for (const int64_t bs : {16, 32}) {
     for (const int64_t rank : {64, 512}) {
@@ -297,12 +298,12 @@ TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {
                        std::string(DTypeName(dtype)) + " heads " + std::to_string(heads));
           const int64_t rope = 64;
           StepCase c;
-          MakeTables({37, 3}, bs, 9, &c);
+          MakeTables({300, 3}, bs, 9, &c);
           KVStorageShape shape = CacheShape(1, c.num_blocks, bs, 1, rank, dtype);
           shape.head_dim_v = rope;
           auto cache_c = cpu_.CreateKVCache(shape);
           auto cache_g = gpu_->CreateKVCache(shape);
-          const StepDescription& step = BuildStep(&c, bs, {0, 0}, {37, 3}, 100);
+          const StepDescription& step = BuildStep(&c, bs, {0, 0}, {300, 3}, 100);
           const int64_t n = step.num_tokens();
           cpu_.BeginStep(step, *cache_c);
           gpu_->BeginStep(step, *cache_g);
@@ -319,15 +320,18 @@ TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {
           const std::vector<float> got = arena_->Read(og);
           const double tol = dtype == DType::kF32 ? kF32Tolerance : testing::kBf16AttentionTolerance;
           EXPECT_LE(RelativeError(got, out), tol);
-          // Token 36 of sequence 0 (row 36 of the step) alone.
-          const StepDescription& alone = BuildStep(&c, bs, {36}, {1}, 100);
-          gpu_->BeginStep(alone, *cache_g);
-          const std::vector<float> q36(q.begin() + 36 * heads * (rank + rope), q.begin() + 37 * heads * (rank + rope));
-          const TensorView o36 = arena_->Make(1, heads * rank);
-          gpu_->MlaAttention(*cache_g, 0, heads, scale, arena_->Make(1, heads * (rank + rope), q36), o36);
-          const std::vector<float> one = arena_->Read(o36);
-          EXPECT_EQ(std::memcmp(one.data(), got.data() + 36 * heads * rank, one.size() * sizeof(float)), 0)
-              << "token 36 alone differs from the prefill";
+          // Tokens 36 (one segment) and 299 (two) of sequence 0 (rows of the step) alone.
+          for (const int64_t row : {36, 299}) {
+            const StepDescription& alone = BuildStep(&c, bs, {row}, {1}, 100);
+            gpu_->BeginStep(alone, *cache_g);
+            const std::vector<float> qr(q.begin() + row * heads * (rank + rope),
+                                        q.begin() + (row + 1) * heads * (rank + rope));
+            const TensorView o1 = arena_->Make(1, heads * rank);
+            gpu_->MlaAttention(*cache_g, 0, heads, scale, arena_->Make(1, heads * (rank + rope), qr), o1);
+            const std::vector<float> one = arena_->Read(o1);
+            EXPECT_EQ(std::memcmp(one.data(), got.data() + row * heads * rank, one.size() * sizeof(float)), 0)
+                << "token " << row << " alone differs from the prefill";
+          }
         }
       }
     }
