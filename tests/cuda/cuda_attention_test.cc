@@ -286,7 +286,7 @@ TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
 // MLA in its absorbed form against the CPU: f32 caches and ranks without the tensor-core kernel
 // (the SIMT kernel, f32 arithmetic) within the f32 tolerance; bf16 caches with DeepSeek's RoPE
 // width (rank 64 or 512 + RoPE 64: the tensor-core kernel, Q and P rounded to bf16) within the
-// bf16 attention tolerance, with 5 heads (one head tile a block, segments of 256 keys) and 20
+// bf16 attention tolerance, with 5 heads (one head tile a block, segments of 128 keys) and 20
 // (64-head blocks, padded); and tokens computed alone (a decode step: split blocks and their merge
 // at 5 heads) are the same bits as inside the prefill (303 tokens: the blocks walk the segments).
 TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {
@@ -320,7 +320,7 @@ TEST_F(CudaOpsTest, MlaAttentionMatchesCpu) {
           const std::vector<float> got = arena_->Read(og);
           const double tol = dtype == DType::kF32 ? kF32Tolerance : testing::kBf16AttentionTolerance;
           EXPECT_LE(RelativeError(got, out), tol);
-          // Tokens 36 (one segment) and 299 (two) of sequence 0 (rows of the step) alone.
+          // Tokens 36 (one segment) and 299 (three) of sequence 0 (rows of the step) alone.
           for (const int64_t row : {36, 299}) {
             const StepDescription& alone = BuildStep(&c, bs, {row}, {1}, 100);
             gpu_->BeginStep(alone, *cache_g);

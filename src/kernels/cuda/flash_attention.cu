@@ -617,11 +617,13 @@ int64_t FlashAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64
 }
 
 int FlashSplitDepth(int64_t max_keys) {
-  // Every row of at most max_keys keys: segments of 256 keys for rows up to kFlashShortRowKeys,
-  // 512 above (+1: a window may straddle one more), rounded up to a power of two.
+  // Every row of at most max_keys keys: segments of 128 keys for rows up to kFlashTinyRowKeys,
+  // 256 up to kFlashShortRowKeys, 512 above (+1: a window may straddle one more), rounded up to
+  // a power of two.
   const int64_t k = std::max<int64_t>(max_keys - 1, 0);
-  int64_t need = std::min(k, kFlashShortRowKeys - 1) / kFlashSegmentUnit + 2;
-  if (max_keys > kFlashShortRowKeys) need = std::max(need, k / (2 * kFlashSegmentUnit) + 2);
+  int64_t need = std::min(k, kFlashTinyRowKeys - 1) / kFlashSegmentUnit + 2;
+  if (max_keys > kFlashTinyRowKeys) need = std::max(need, std::min(k, kFlashShortRowKeys - 1) / (2 * kFlashSegmentUnit) + 2);
+  if (max_keys > kFlashShortRowKeys) need = std::max(need, k / (4 * kFlashSegmentUnit) + 2);
   need = std::min<int64_t>(kFlashMaxSegments, need);
   int depth = 1;
   while (depth < need) depth *= 2;

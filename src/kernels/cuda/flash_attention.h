@@ -17,9 +17,9 @@
 //   - Keys are walked in tiles of 64 at absolute positions [64j, 64j + 64); keys outside a
 //     row's window are masked to -inf, which leaves its softmax state unchanged bit for bit.
 //   - A row's keys are cut into segments at absolute multiples of FlashSegmentKeys(first, pos)
-//     (256 or 512 keys by the row's length, doubled until at most 32 segments cover the row);
-//     each segment's state (m, l,
-//     O) is merged into the result in segment order with explicit roundings.
+//     (128, 256 or 512 keys by the row's length, doubled until at most 32 segments cover the
+//     row); each segment's state (m, l, O) is merged into the result in segment order with
+//     explicit roundings.
 // Three launch shapes do those same operations:
 //   split   (<= kFlashSplitMaxTokens tokens: decode) one warp per (token, KV head, segment),
 //           partial states to scratch, a merge kernel; small batches fill the GPU;
@@ -54,14 +54,19 @@ constexpr int64_t kFlashSplitMaxTokens = 128;
 constexpr int kFlashMaxSegments = 32;
 int64_t FlashAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim);
 
-// Keys per segment for a row attending to [first, pos]: 256 for rows of at most
-// kFlashShortRowKeys keys (a short row keeps enough segments to fill the GPU in a small batch),
-// 512 for longer ones (half the merges and partial states: at batch 128, 4K-token contexts
-// reach 84% of the copy bandwidth instead of 80%), doubled until at most 32 segments cover
-// the row. A function of the row alone, so every launch shape cuts a row the same way.
-constexpr int64_t kFlashSegmentUnit = 256, kFlashShortRowKeys = 2048;
+// Keys per segment for a row attending to [first, pos]: 128 for rows of at most
+// kFlashTinyRowKeys keys and 256 up to kFlashShortRowKeys (a short row keeps enough segments,
+// each a short chain of tiles, to fill the GPU in a small batch: a batch-1 decode step at
+// 512-token contexts waits on each layer's attention), 512 for longer ones (half the merges
+// and partial states: at batch 128, 4K-token contexts reach 84% of the copy bandwidth instead
+// of 80%), doubled until at most 32 segments cover the row. A function of the row alone, so
+// every launch shape cuts a row the same way. kFlashSegmentUnit is the smallest.
+constexpr int64_t kFlashSegmentUnit = 128, kFlashTinyRowKeys = 1024, kFlashShortRowKeys = 2048;
 __host__ __device__ inline int64_t FlashSegmentKeys(int64_t first, int64_t pos) {
-  int64_t seg = pos - first + 1 > kFlashShortRowKeys ? 2 * kFlashSegmentUnit : kFlashSegmentUnit;
+  const int64_t keys = pos - first + 1;
+  int64_t seg = keys > kFlashShortRowKeys  ? 4 * kFlashSegmentUnit
+                : keys > kFlashTinyRowKeys ? 2 * kFlashSegmentUnit
+                                           : kFlashSegmentUnit;
   while (pos / seg - first / seg + 1 > kFlashMaxSegments) seg *= 2;
   return seg;
 }
