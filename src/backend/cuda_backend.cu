@@ -55,7 +55,7 @@ CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
   s_->graphs = std::make_unique<StepGraphs>();
   int* counters = s_->gemm_counters.Get<int>(cuda::kGemmMaxCounters);
   PAGODA_CUDA_CHECK(cudaMemset(counters, 0, cuda::kGemmMaxCounters * sizeof(int)));
-  // PAGODA_CUDA_PDL=0 launches the decode GEMMs without programmatic dependent launch (the
+  // PAGODA_CUDA_PDL=0 launches the decode kernels without programmatic dependent launch (the
   // benchmark's comparison; the results are the same bits either way).
   const char* pdl = std::getenv("PAGODA_CUDA_PDL");
   s_->gemm_pdl = pdl == nullptr || std::string(pdl) != "0";
@@ -366,8 +366,7 @@ void CudaBackend::MatMul(const Weight& weight, const TensorView& x, const Tensor
       return;
     case Epilogue::Kind::kSiluMulPairs:
       if (s.graphs->replaying()) return;
-      s.Gemm(w, x, y.f32(), y.row_stride, false);
-      cuda::SiluMulPairs16(y.f32(), y.row_stride, ep.out.f32(), ep.out.row_stride, x.rows, w.rows / 2, s.stream);
+      s.Gemm(w, x, y.f32(), y.row_stride, false, ep.out.f32(), ep.out.row_stride);
       return;
   }
 }
@@ -385,7 +384,7 @@ void CudaBackend::RmsNorm(const TensorView& x, const TensorView& weight, double 
   p.x_stride = x.row_stride;
   p.y_stride = y.row_stride;
   p.eps = eps;
-  cuda::RmsNorm(p, s_->stream);
+  cuda::RmsNorm(p, s_->stream, s_->gemm_pdl && p.rows <= kPdlMaxRows);
 }
 
 void CudaBackend::AddBias(const TensorView& bias, const TensorView& x) {

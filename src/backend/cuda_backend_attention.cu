@@ -51,7 +51,7 @@ void CudaBackend::WriteAttentionInputs(KVCache& cache, int64_t layer, const Atte
   p.dtype = c.shape().dtype;
   p.k_format = c.k_format(layer);
   p.v_format = c.v_format(layer);
-  cuda::WriteAttentionInputs(p, s_->stream);
+  cuda::WriteAttentionInputs(p, s_->stream, s_->gemm_pdl && p.num_tokens <= kPdlMaxRows);
 }
 
 void CudaBackend::ObserveQueries(KVCache&, int64_t, const TensorView&, int64_t, float) {

@@ -38,6 +38,10 @@ inline void CheckF32(const TensorView& v, const char* what) {
   PAGODA_CHECK(v.dtype == DType::kF32) << "CudaBackend: " << what << " is not f32";
 }
 
+// Row kernels of at most this many rows (decode steps) launch as programmatic dependents of the
+// kernel ahead: one wave, so their waiting blocks hold no slot a later block needs.
+inline constexpr int64_t kPdlMaxRows = 64;
+
 
 struct CudaBackend::State {
   int device = 0;
@@ -73,7 +77,9 @@ struct CudaBackend::State {
   DeviceScratch staging;  // MatMul outputs that live on the host; LogitsBuffer
   DeviceScratch gemm_x, gemm_partial;  // bf16 copies of GEMM inputs; split-k partial sums
   DeviceScratch gemm_counters;         // kGemmMaxCounters tile counters, zeroed once
-  bool gemm_pdl = true;                // decode GEMMs as programmatic dependent launches
+  // Decode kernels (up to 64 rows: the GEMMs, and the RMSNorm, attention inputs and SiLU after
+  // them) as programmatic dependent launches (kernels/cuda/pdl.cuh).
+  bool gemm_pdl = true;
   DeviceScratch attention_partial;     // split-KV partial outputs
   int64_t max_keys = 0;                // the most keys a token of the step attends to
   // FlashAttention's wide work items for the current step (made on its first layer).
@@ -108,10 +114,14 @@ struct CudaBackend::State {
   int64_t num_uploaded = 0, num_bf16 = 0, num_dequantized = 0, uploaded_bytes = 0;
   std::string dequantized_types;
 
-  void Gemm(const CudaWeight& w, const TensorView& x, float* y, int64_t y_stride, bool accumulate) {
+  // silu_out: y holds gate|up pairs of 16 columns and silu(gate) * up goes to silu_out
+  // (GemmBf16Params::silu_out).
+  void Gemm(const CudaWeight& w, const TensorView& x, float* y, int64_t y_stride, bool accumulate,
+            float* silu_out = nullptr, int64_t silu_stride = 0) {
     PAGODA_CHECK(x.cols == w.cols) << "CudaBackend::MatMul: x has " << x.cols << " columns, W " << w.cols;
     if (w.dtype == DType::kF32) {
       cuda::GemmF32(x.f32(), x.row_stride, x.rows, w.f32(), w.rows, w.cols, y, y_stride, accumulate, stream);
+      if (silu_out != nullptr) cuda::SiluMulPairs16(y, y_stride, silu_out, silu_stride, x.rows, w.rows / 2, stream);
       return;
     }
     cuda::GemmBf16Params p;
@@ -131,6 +141,8 @@ struct CudaBackend::State {
     p.partial = partial > 0 ? gemm_partial.Get<float>(partial) : nullptr;
     p.counters = gemm_counters.Get<int>(cuda::kGemmMaxCounters);
     p.pdl = gemm_pdl;
+    p.silu_out = silu_out;
+    p.silu_stride = silu_stride;
     cuda::GemmBf16(p, stream);
   }
   // y = down(silu(gate x) * up x) over x [m, dim] -> y [m, dim] contiguous.

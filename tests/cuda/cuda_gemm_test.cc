@@ -136,7 +136,9 @@ TEST_F(CudaGemmTest, RowsHaveTheSameBitsWhateverTheBatch) {
   // copies), 4 chunks, the last shorter (one CUTLASS product per chunk); (130, 2048): rows of
   // 130 floats, not 16-byte aligned for TMA, so beyond 64 rows our own wgmma kernel and
   // ReduceChunks (4 chunks, slabs of kGemmPartialMaxRows).
-  const Shape shapes[] = {{256, 4096}, {2048, 512}, {96, 1000}, {200, 2999}, {130, 2048}};
+  // (28672, 128), one chunk, and (13568, 2048), 2 chunks: wide enough for 64 x 128 wgmma tiles up
+  // to 64 rows.
+  const Shape shapes[] = {{256, 4096}, {2048, 512}, {96, 1000}, {200, 2999}, {130, 2048}, {28672, 128}, {13568, 2048}};
   // Up to 64 rows: mma.sync and wgmma m64n64 kernels; beyond: CUTLASS's 128 x 128 or 128 x 256
   // tiles (by the tile count), or ours.
   const int64_t ms[] = {1, 2, 15, 16, 17, 33, 63, 64, 65, 127, 128, 129, 299, 511, 512, 513, 1099, 2048, 2049};
@@ -171,6 +173,39 @@ TEST_F(CudaGemmTest, RowsHaveTheSameBitsWhateverTheBatch) {
         EXPECT_EQ(differ, 0) << "m=" << m << ": values differ from the same rows of a " << kRows << "-row product";
         EXPECT_EQ(differ_add, 0) << "m=" << m << " (kAddTo)";
       }
+    }
+  }
+}
+
+// SwiGLU's gate|up product (StackOrder::kPairs16) with the kSiluMulPairs epilogue: up to 64 rows
+// the GEMM writes silu(gate) * up itself (GemmFusesSilu), beyond it the paired SiLU kernel
+// follows the product. A row's outputs have the same bits either way, whatever the batch, and
+// stay within the bf16-operand tolerance of a float64 reference. n = 2080: 32.5 tiles of 64;
+// n = 28672 (Llama-3-8B's gate|up): 64 x 128 tiles.
+TEST_F(CudaGemmTest, FusedSiluGivesTheRowKernelBits) {
+  constexpr int64_t kK = 520, kRows = 300;  // one k chunk
+  for (const int64_t ffn : {1040, 14336}) {
+    SCOPED_TRACE("ffn " + std::to_string(ffn));
+    const HostWeight gate = MakeWeight(DType::kBF16, ffn, kK, 950), up = MakeWeight(DType::kBF16, ffn, kK, 951);
+    const WeightMatrix parts[] = {gate.view, up.view};
+    const Weight w = gpu_->PrepareStacked(parts, StackOrder::kPairs16);
+    const auto x = RandomVector(kRows * kK, 952, -2.0f, 2.0f);
+    const TensorView xg = arena_->Make(kRows, kK, x);
+    auto run = [&](int64_t m) {
+      const TensorView y = arena_->Make(m, 2 * ffn), out = arena_->Make(m, ffn);
+      gpu_->MatMul(w, xg.RowRange(0, m), y, {Epilogue::Kind::kSiluMulPairs, out});
+      return arena_->Read(out);
+    };
+    const auto want = run(kRows);  // beyond 64 rows: the product, then the paired SiLU kernel
+    const auto g = Reference(gate.view, x, kRows, true), u = Reference(up.view, x, kRows, true);
+    std::vector<double> ref(g.size());
+    for (size_t i = 0; i < g.size(); ++i) ref[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+    EXPECT_LE(RelError(want, ref), 1e-5) << "against float64 silu(gate) * up of the bf16 operands";
+    for (int64_t m : {1, 2, 7, 8, 9, 33, 64, 65}) {
+      const auto got = run(m);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < m * ffn; ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+      EXPECT_EQ(differ, 0) << "m=" << m << ": silu(gate) * up differs from the same rows of a " << kRows << "-row step";
     }
   }
 }

@@ -3,6 +3,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/kv_types.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -128,6 +129,7 @@ __device__ void TokenCosSin(const AttentionInputsParams& p, int64_t t, int64_t h
 
 // Block (token blockIdx.x, rows rows_per_block * blockIdx.y ...).
 __global__ void __launch_bounds__(kThreads) AttentionInputsKernel(AttentionInputsParams p, int rows_per_block) {
+  GridDependencyWait();  // q|k|v from the GEMM ahead
   __shared__ float row[kMaxKVQuantDim];
   __shared__ float cos_sin[kMaxKVQuantDim];  // (cos, sin) of each rotated pair
   const int64_t t = blockIdx.x;
@@ -170,6 +172,7 @@ __device__ void WarpRow(const AttentionInputsParams& p, int64_t t, int64_t h, fl
 }
 
 __global__ void __launch_bounds__(kThreads) AttentionInputsWarpKernel(AttentionInputsParams p, int rows_per_block) {
+  GridDependencyWait();  // q|k|v from the GEMM ahead
   __shared__ float rows_s[kWarps][kMaxKVQuantDim];
   __shared__ float cos_sin[kMaxKVQuantDim];
   const int64_t t = blockIdx.x;
@@ -184,7 +187,7 @@ __global__ void __launch_bounds__(kThreads) AttentionInputsWarpKernel(AttentionI
 
 }  // namespace
 
-void WriteAttentionInputs(const AttentionInputsParams& p, cudaStream_t stream) {
+void WriteAttentionInputs(const AttentionInputsParams& p, cudaStream_t stream, bool pdl) {
   if (p.num_tokens <= 0) return;
   PAGODA_CHECK(p.head_dim > 0 && p.head_dim <= kMaxKVQuantDim && p.rope_dim <= p.head_dim)
       << "WriteAttentionInputs: head_dim " << p.head_dim << ", rope dim " << p.rope_dim;
@@ -206,12 +209,10 @@ void WriteAttentionInputs(const AttentionInputsParams& p, cudaStream_t stream) {
   PAGODA_CHECK(p.num_tokens <= 2147483647 && row_groups <= 65535) << "WriteAttentionInputs: grid too large";
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(row_groups));
   if (warp_rows) {
-    AttentionInputsWarpKernel<<<grid, kThreads, 0, stream>>>(p, rows_per_block);
-    PAGODA_CUDA_CHECK_LAUNCH("AttentionInputsWarpKernel");
+    LaunchDependent(AttentionInputsWarpKernel, grid, dim3(kThreads), 0, stream, pdl, p, rows_per_block);
     return;
   }
-  AttentionInputsKernel<<<grid, kThreads, 0, stream>>>(p, rows_per_block);
-  PAGODA_CUDA_CHECK_LAUNCH("AttentionInputsKernel");
+  LaunchDependent(AttentionInputsKernel, grid, dim3(kThreads), 0, stream, pdl, p, rows_per_block);
 }
 
 }  // namespace pagoda::cuda

@@ -42,6 +42,7 @@ struct AttentionInputsParams {
 };
 
 // REQUIRES: head_dim <= kMaxKVQuantDim (512); k_format and v_format both plain or both fp8/int8.
-void WriteAttentionInputs(const AttentionInputsParams& p, cudaStream_t stream);
+// pdl: launched as a programmatic dependent of the kernel ahead (kernels/cuda/pdl.cuh).
+void WriteAttentionInputs(const AttentionInputsParams& p, cudaStream_t stream, bool pdl = false);
 
 }  // namespace pagoda::cuda

@@ -3,6 +3,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch_info.h"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/silu.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -35,8 +36,6 @@ void LaunchRows(int64_t rows, int64_t cols, cudaStream_t stream, F f, const char
   }
 }
 
-__device__ inline float Silu(float g) { return g / (1.0f + expf(-g)); }
-
 }  // namespace
 
 void AddRows(const float* y, int64_t ys, float* x, int64_t xs, int64_t rows, int64_t cols, cudaStream_t stream) {
@@ -59,6 +58,7 @@ namespace {
 __global__ void SiluMulPairs16x4Kernel(const float* gu, int64_t gus, float* out, int64_t os, int64_t row0,
                                        int64_t cols) {
   AllowDependentLaunch();  // the down GEMM after it prefetches its weights meanwhile
+  GridDependencyWait();    // gate|up from the GEMM ahead
   const int64_t r = row0 + blockIdx.y;
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   if (c >= cols) return;
@@ -71,14 +71,14 @@ __global__ void SiluMulPairs16x4Kernel(const float* gu, int64_t gus, float* out,
 }  // namespace
 
 void SiluMulPairs16(const float* gu, int64_t gus, float* out, int64_t os, int64_t rows, int64_t cols,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, bool pdl) {
   if (rows > 0 && cols > 0 && cols % 4 == 0 && gus % 4 == 0 && os % 4 == 0 && Aligned16(gu) && Aligned16(out)) {
     constexpr int64_t kMaxRows = 65535;
     for (int64_t r0 = 0; r0 < rows; r0 += kMaxRows) {
       const int64_t n = rows - r0 < kMaxRows ? rows - r0 : kMaxRows;
       const dim3 grid(static_cast<unsigned>((cols / 4 + kThreads - 1) / kThreads), static_cast<unsigned>(n));
-      SiluMulPairs16x4Kernel<<<grid, kThreads, 0, stream>>>(gu, gus, out, os, r0, cols);
-      PAGODA_CUDA_CHECK_LAUNCH("SiluMulPairs16x4Kernel");
+      LaunchDependent(SiluMulPairs16x4Kernel, grid, dim3(kThreads), 0, stream, pdl && r0 == 0, gu, gus, out, os, r0,
+                      cols);
     }
     return;
   }

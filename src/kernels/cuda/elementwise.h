@@ -18,8 +18,9 @@ void SiluMulRows(const float* gate, int64_t gate_stride, const float* up, int64_
                  int64_t out_stride, int64_t rows, int64_t cols, cudaStream_t stream);
 // gu [rows, 2 * cols] holds gate and up alternating 16 columns at a time (StackOrder::kPairs16);
 // out [rows, cols] = silu(gate) * up.
+// pdl: launched as a programmatic dependent of the kernel ahead (kernels/cuda/pdl.cuh).
 void SiluMulPairs16(const float* gu, int64_t gu_stride, float* out, int64_t out_stride, int64_t rows, int64_t cols,
-                    cudaStream_t stream);
+                    cudaStream_t stream, bool pdl = false);
 // dst = src (no overlap)
 void CopyRows(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int64_t rows, int64_t cols,
               cudaStream_t stream);

@@ -9,9 +9,9 @@
 //     weight's padded k). W is stored with k padded to a multiple of 64 (zeros). Up to 8 rows:
 //     one launch of an mma.sync m16n8k16 kernel (16 x 64 tiles, the weight streamed through
 //     every SM) that rounds x to bf16 as it builds its fragments; up to 64 rows: x rounded once
-//     (ConvertToBf16), then wgmma m64n64k16 tiles (or 64 x 64 mma.sync tiles where those fill
-//     the SMs' last wave better); in both, each tile's last block to finish adds the k chunks'
-//     sums. More rows: CUTLASS's sm90 kernels (TMA, warp-specialized wgmma; gemm_cutlass.h), one
+//     (ConvertToBf16), then wgmma m64n128k16 or m64n64k16 tiles (or 64 x 64 mma.sync tiles),
+//     whichever fills the SMs' waves best, the widest first; in both, each tile's last block to
+//     finish adds the k chunks' sums. More rows: CUTLASS's sm90 kernels (TMA, warp-specialized wgmma; gemm_cutlass.h), one
 //     product per k chunk adding the previous chunks' sum in its epilogue; where the operands
 //     are not 16-byte aligned for TMA, our wgmma m64n256k16 kernel with 128 x 256 tiles, then
 //     ReduceChunks.
@@ -77,8 +77,16 @@ struct GemmBf16Params {
   // Up to 64 rows: launch as a programmatic dependent of the kernel ahead in the stream, so the
   // weight stream starts while that kernel drains (CUDA graphs keep the dependency).
   bool pdl = false;
+  // SwiGLU: y's columns are gate and up alternating 16 at a time (StackOrder::kPairs16) and
+  // silu_out [m, n / 2] receives silu(gate) * up. Where GemmFusesSilu, the product's epilogue
+  // writes it and y is not touched; otherwise the product goes to y and the paired SiLU kernel
+  // follows (the same bits either way).
+  float* silu_out = nullptr;
+  int64_t silu_stride = 0;
 };
 int64_t GemmBf16PartialFloats(int64_t m, int64_t n, const GemmSplits& s);
+// Up to 64 rows, one k chunk, n a multiple of 32, not accumulating: silu_out in the epilogue.
+bool GemmFusesSilu(const GemmBf16Params& p);
 void GemmBf16(const GemmBf16Params& p, cudaStream_t stream);
 
 // f32 weights: y (+)= x W^T with f32 products summed in k order.
@@ -86,7 +94,9 @@ void GemmF32(const float* x, int64_t x_stride, int64_t m, const float* w, int64_
              int64_t y_stride, bool accumulate, cudaStream_t stream);
 
 // x [rows, cols] f32 -> out [rows, cols_padded] bf16 bits (round to nearest even), zeros past cols.
+// pdl: launched as a programmatic dependent that lets the next kernel in at once (for a
+// conversion of one wave followed by a pdl GEMM).
 void ConvertToBf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, int64_t cols_padded, uint16_t* out,
-                   cudaStream_t stream);
+                   cudaStream_t stream, bool pdl = false);
 
 }  // namespace pagoda::cuda

@@ -37,6 +37,7 @@ __device__ __forceinline__ float InvRms(double ss, const RmsNormParams& p) {
 // One block per row of up to kMaxThreads threads; y may alias x.
 __global__ void __launch_bounds__(kMaxThreads) RmsNormVec4Kernel(RmsNormParams p) {
   AllowDependentLaunch();  // a decode GEMM after it prefetches its weights meanwhile
+  GridDependencyWait();    // x from the kernel ahead
   __shared__ double partial[kMaxThreads / 32];
   const int64_t r = blockIdx.x;
   const float4* x = reinterpret_cast<const float4*>(p.x + r * p.x_stride);
@@ -74,6 +75,7 @@ __global__ void __launch_bounds__(kMaxThreads) RmsNormVec4Kernel(RmsNormParams p
 // values it read).
 __global__ void RmsNormKernel(RmsNormParams p) {
   AllowDependentLaunch();
+  GridDependencyWait();
   __shared__ double partial[kThreads / 32];
   const int64_t r = blockIdx.x;
   const float* x = p.x + r * p.x_stride;
@@ -86,7 +88,7 @@ __global__ void RmsNormKernel(RmsNormParams p) {
 
 }  // namespace
 
-void RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
+void RmsNorm(const RmsNormParams& p, cudaStream_t stream, bool pdl) {
   if (p.rows <= 0) return;
   const int64_t n4 = p.cols / 4;
   const bool vec = p.cols % 4 == 0 && p.x_stride % 4 == 0 && p.y_stride % 4 == 0 && Aligned16(p.x) &&
@@ -99,12 +101,10 @@ void RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
     const int64_t per_thread = std::min<int64_t>(kVecPerThread, std::max<int64_t>(1, (n4 + 31) / 32));
     const int64_t wanted = (n4 + per_thread - 1) / per_thread;
     const int threads = static_cast<int>(std::clamp<int64_t>((wanted + 31) / 32 * 32, 32, kMaxThreads));
-    RmsNormVec4Kernel<<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
-    PAGODA_CUDA_CHECK_LAUNCH("RmsNormVec4Kernel");
+    LaunchDependent(RmsNormVec4Kernel, dim3(static_cast<unsigned>(p.rows)), dim3(threads), 0, stream, pdl, p);
     return;
   }
-  RmsNormKernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p);
-  PAGODA_CUDA_CHECK_LAUNCH("RmsNormKernel");
+  LaunchDependent(RmsNormKernel, dim3(static_cast<unsigned>(p.rows)), dim3(kThreads), 0, stream, pdl, p);
 }
 
 }  // namespace pagoda::cuda

@@ -8,6 +8,7 @@
 
 namespace pagoda::cuda {
 
-void RmsNorm(const RmsNormParams& p, cudaStream_t stream);
+// pdl: launched as a programmatic dependent of the kernel ahead (kernels/cuda/pdl.cuh).
+void RmsNorm(const RmsNormParams& p, cudaStream_t stream, bool pdl = false);
 
 }  // namespace pagoda::cuda
