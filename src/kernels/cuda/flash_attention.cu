@@ -585,6 +585,7 @@ bool IntRegsServe(const PagedAttentionParams& p) {
 
 bool FlashAttentionSupports(const PagedAttentionParams& p) {
   if (p.head_dim != 64 && p.head_dim != 128) return false;
+  if (!(p.scale > 0.0f)) return false;  // the tile takes each row's maximum before scaling
   const KVQuant quant = p.k_format.quant;
   if (p.v_format.quant != quant || p.k_format.head_dim != p.head_dim || p.v_format.head_dim != p.head_dim) return false;
   switch (quant) {

@@ -106,8 +106,16 @@ struct TileK {
     b[0] = *reinterpret_cast<const uint32_t*>(row);
     b[1] = *reinterpret_cast<const uint32_t*>(row + 16);
   }
+  // The fragments of n-tiles n and n + 1 by one ldmatrix.x4: lanes 8i..8i+7 address key rows
+  // 8n + 8 (i / 2) + (lane % 8) at columns 16 kk + 8 (i % 2), the same values as Load's.
+  __device__ __forceinline__ void LoadPair(int n, int kk, uint32_t (&b0)[2], uint32_t (&b1)[2]) const {
+    const int lane = threadIdx.x & 31, i = lane >> 3;
+    const uint8_t* row = ks + (n * 8 + (i >> 1) * 8 + (lane & 7)) * Geometry<HD>::kRowBytes + kk * 32 + (i & 1) * 16;
+    LdMatrixX4(SmemAddr(row), b0[0], b0[1], b1[0], b1[1]);
+  }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
   static constexpr bool kGrouped = false;
+  static constexpr bool kPairs = true;
 };
 
 // kRows8 (here and in the functions below): the warp's rows 8-15 are padding (a decode warp of
@@ -131,23 +139,34 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
     for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < Geo::kKSteps; ++kk) {
+      if constexpr (requires { requires KFrag::kPairs; }) {
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        uint32_t b[2];
-        kf.Load(n, kk, b);
-        MmaRows<T, kRows8>(s[n], qf[kk], b);
+        for (int n = 0; n < 8; n += 2) {
+          uint32_t b0[2], b1[2];
+          kf.LoadPair(n, kk, b0, b1);
+          MmaRows<T, kRows8>(s[n], qf[kk], b0);
+          MmaRows<T, kRows8>(s[n + 1], qf[kk], b1);
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          uint32_t b[2];
+          kf.Load(n, kk, b);
+          MmaRows<T, kRows8>(s[n], qf[kk], b);
+        }
       }
     }
   }
   constexpr int kI = kRows8 ? 2 : 4, kH = kRows8 ? 1 : 2;  // kRows8: rows 8-15 (h = 1) are padding
-  // Scores in the log2 domain (a quantized K's row scales first), masked; the rows' new maxima.
+  // Scores (a quantized K's row scales first), masked; the rows' new maxima in the log2 domain:
+  // scale_log2 > 0 and rounding is monotonic, so the scaled maximum is the maximum's product.
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
     for (int i = 0; i < kI; ++i) {
       const int h = i >> 1;
-      float v = __fmul_rn(kf.Scale(s[n][i], n, i & 1), scale_log2);
+      float v = kf.Scale(s[n][i], n, i & 1);
       if (mask) {
         const int key = tile_start + n * 8 + 2 * q + (i & 1);
         if (key < rows.first[h] || key > rows.pos[h]) v = -INFINITY;
@@ -160,19 +179,20 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
 #pragma unroll
   for (int h = 0; h < kH; ++h) {
     const float m_old = st.m[h];
-    const float m_new = fmaxf(m_old, QuadMax(mx[h]));
+    const float m_new = fmaxf(m_old, __fmul_rn(QuadMax(mx[h]), scale_log2));
     corr[h] = m_old == m_new ? 1.0f : m_old == -INFINITY ? 0.0f : Exp2(__fsub_rn(m_old, m_new));
     base[h] = m_new == -INFINITY ? 0.0f : m_new;
     st.m[h] = m_new;
   }
-  // P = 2^(S - m); this thread's part of the row sums, in a fixed order.
+  // P = 2^(S scale_log2 - m), one fused multiply-add a score; this thread's part of the row
+  // sums, in a fixed order.
   float sum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
 #pragma unroll
     for (int i = 0; i < kI; ++i) {
       const int h = i >> 1;
-      const float p = Exp2(__fsub_rn(s[n][i], base[h]));
+      const float p = Exp2(__fmaf_rn(s[n][i], scale_log2, -base[h]));
       s[n][i] = p;
       sum[h] = __fadd_rn(sum[h], p);
     }
