@@ -59,6 +59,9 @@ CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
   // benchmark's comparison; the results are the same bits either way).
   const char* pdl = std::getenv("PAGODA_CUDA_PDL");
   s_->gemm_pdl = pdl == nullptr || std::string(pdl) != "0";
+  // PAGODA_CUDA_X_BF16=0: every GEMM converts its input itself (State::XBf16; the same bits).
+  const char* x_bf16 = std::getenv("PAGODA_CUDA_X_BF16");
+  s_->x_bf16_on = x_bf16 == nullptr || std::string(x_bf16) != "0";
   PAGODA_LOG(kInfo) << "CUDA backend on " << DeviceSummary();
 }
 
@@ -213,6 +216,8 @@ void CudaBackend::ReserveScratch(int64_t max_tokens, int64_t max_logits) {
   UseDevice(s_->device);
   State& s = *s_;
   s.gemm_x.Get<uint16_t>(max_tokens * s.max_k_padded);
+  // The fused SiLU's bf16 output (State::XBf16; GemmFusesSilu: at most 64 rows).
+  s.gemm_x2.Get<uint16_t>(std::min<int64_t>(max_tokens, 64) * s.max_k_padded);
   // Split-k partial sums: planes of at most kGemmPartialMaxRows rows (kernels/cuda/gemm.h).
   s.gemm_partial.Get<float>(std::min<int64_t>(max_tokens, cuda::kGemmPartialMaxRows) * s.max_partial_per_row +
                             cuda::kGemmSplitKLockFloats);
@@ -246,6 +251,7 @@ CudaBackend::MemoryInfo CudaBackend::DeviceMemory() const {
 }
 
 void CudaBackend::CopyBlock(KVCache& cache, int32_t src, int32_t dst) {
+  ++s_->op_serial;  // writes device memory (State::XBf16)
   UseDevice(s_->device);
   CudaKVCache& c = AsCudaKVCache(cache);
   PAGODA_CHECK(src >= 0 && dst >= 0 && src < c.shape().num_blocks && dst < c.shape().num_blocks)
@@ -343,18 +349,18 @@ void CudaBackend::MatMul(const Weight& weight, const TensorView& x, const Tensor
       if (y.data != nullptr && y.data == s.staging.ptr.get()) {
         // LogitsBuffer: the end of a step whose logits stay here. A captured step ends its graph
         // and launches it, a replayed one just launches; nothing is copied.
-        if (!s.graphs->replaying()) s.Gemm(w, x, y.f32(), y.row_stride, false);
+        if (!s.graphs->replaying()) s.Gemm(w, x, y.f32(), y.row_stride, false, nullptr, 0, s.TakeXBf16(x, w.k_padded));
         s.graphs->Finish(nullptr, 0, nullptr, 0, 0, 0);
         s.stream = nullptr;
       } else if (IsDevicePointer(y.data)) {
         if (s.graphs->replaying()) return;
-        s.Gemm(w, x, y.f32(), y.row_stride, false);
+        s.Gemm(w, x, y.f32(), y.row_stride, false, nullptr, 0, s.TakeXBf16(x, w.k_padded));
       } else {
         // Host rows: the logits the engine hands in, the end of a step. Through device scratch;
         // a captured step ends its graph here and launches it, a replayed one just launches.
         if (static_cast<size_t>(x.rows * w.rows) * sizeof(float) > s.staging.bytes) s.graphs->Drop();
         float* d = s.staging.Get<float>(x.rows * w.rows);
-        if (!s.graphs->replaying()) s.Gemm(w, x, d, w.rows, false);
+        if (!s.graphs->replaying()) s.Gemm(w, x, d, w.rows, false, nullptr, 0, s.TakeXBf16(x, w.k_padded));
         s.graphs->Finish(y.data, y.row_stride * sizeof(float), d, w.rows * sizeof(float), w.rows * sizeof(float),
                          x.rows);
         s.stream = nullptr;
@@ -362,11 +368,11 @@ void CudaBackend::MatMul(const Weight& weight, const TensorView& x, const Tensor
       return;
     case Epilogue::Kind::kAddTo:
       if (s.graphs->replaying()) return;
-      s.Gemm(w, x, ep.out.f32(), ep.out.row_stride, true);
+      s.Gemm(w, x, ep.out.f32(), ep.out.row_stride, true, nullptr, 0, s.TakeXBf16(x, w.k_padded));
       return;
     case Epilogue::Kind::kSiluMulPairs:
       if (s.graphs->replaying()) return;
-      s.Gemm(w, x, y.f32(), y.row_stride, false, ep.out.f32(), ep.out.row_stride);
+      s.Gemm(w, x, y.f32(), y.row_stride, false, ep.out.f32(), ep.out.row_stride, s.TakeXBf16(x, w.k_padded));
       return;
   }
 }
@@ -384,7 +390,13 @@ void CudaBackend::RmsNorm(const TensorView& x, const TensorView& weight, double 
   p.x_stride = x.row_stride;
   p.y_stride = y.row_stride;
   p.eps = eps;
-  cuda::RmsNorm(p, s_->stream, s_->gemm_pdl && p.rows <= kPdlMaxRows);
+  State& s = *s_;
+  if (s.x_bf16_on && cuda::GemmConvertsX(p.rows)) {
+    // The next GEMM's input in bf16 too (State::XBf16).
+    p.y_bf16 = s.gemm_x.Get<uint16_t>(p.rows * p.cols);
+    s.x_bf16 = State::XBf16{p.y, p.y_bf16, p.rows, p.cols, s.op_serial};
+  }
+  cuda::RmsNorm(p, s.stream, s.gemm_pdl && p.rows <= kPdlMaxRows);
 }
 
 void CudaBackend::AddBias(const TensorView& bias, const TensorView& x) {
@@ -467,6 +479,7 @@ void CudaBackend::WriteKV(KVCache& cache, int64_t layer, const TensorView& k, co
 
 
 void CudaBackend::AllReduce(const TensorView& x) {
+  ++s_->op_serial;  // writes device memory (State::XBf16)
   Communicator* comm = communicator();
   if (comm == nullptr || comm->size() == 1 || x.rows == 0 || x.cols == 0) return;
   if (s_->graphs->replaying()) return;  // the step's graph does it
@@ -484,12 +497,14 @@ void CudaBackend::CopyToHost(const TensorView& src, float* dst) {
 }
 
 void CudaBackend::Upload(const float* src, const TensorView& dst) {
+  ++s_->op_serial;  // writes device memory (State::XBf16)
   if (dst.rows == 0 || dst.cols == 0) return;
   PAGODA_CUDA_CHECK(cudaMemcpy2D(dst.data, dst.row_stride * sizeof(float), src, dst.cols * sizeof(float),
                                  dst.cols * sizeof(float), dst.rows, cudaMemcpyHostToDevice));
 }
 
 void CudaBackend::Fill(const TensorView& dst, float value) {
+  ++s_->op_serial;  // writes device memory (State::XBf16)
   cuda::FillRows(dst.f32(), dst.row_stride, dst.rows, dst.cols, value, s_->stream);
 }
 

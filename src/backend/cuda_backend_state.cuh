@@ -76,6 +76,30 @@ struct CudaBackend::State {
 
   DeviceScratch staging;  // MatMul outputs that live on the host; LogitsBuffer
   DeviceScratch gemm_x, gemm_partial;  // bf16 copies of GEMM inputs; split-k partial sums
+  // A bf16 copy of the next GEMM's input written by the kernel that made it: RMSNorm's output
+  // into gemm_x, the fused SiLU's into gemm_x2 (the gate|up product reads gemm_x meanwhile).
+  // Valid for the op right after its producer (op_serial counts every op that writes device
+  // memory); the GEMM then launches no conversion. PAGODA_CUDA_X_BF16=0 turns it off.
+  struct XBf16 {
+    const float* x = nullptr;  // the f32 tensor it copies
+    uint16_t* xb = nullptr;    // [rows, cols] contiguous
+    int64_t rows = 0, cols = 0;
+    uint64_t op = 0;  // the producer's op_serial
+  };
+  XBf16 x_bf16;
+  uint64_t op_serial = 0;
+  bool x_bf16_on = true;
+  DeviceScratch gemm_x2;
+  // The copy of x that the GEMM of the current op over weight w may take, or null.
+  const uint16_t* TakeXBf16(const TensorView& x, int64_t k_padded) {
+    const XBf16 r = x_bf16;
+    x_bf16 = XBf16{};
+    if (r.xb == nullptr || r.op + 1 != op_serial || r.x != x.data || r.rows != x.rows || r.cols != x.cols ||
+        k_padded != x.cols) {
+      return nullptr;
+    }
+    return r.xb;
+  }
   DeviceScratch gemm_counters;         // kGemmMaxCounters tile counters, zeroed once
   // Decode kernels (up to 64 rows: the GEMMs, and the RMSNorm, attention inputs and SiLU after
   // them) as programmatic dependent launches (kernels/cuda/pdl.cuh).
@@ -116,8 +140,9 @@ struct CudaBackend::State {
 
   // silu_out: y holds gate|up pairs of 16 columns and silu(gate) * up goes to silu_out
   // (GemmBf16Params::silu_out).
+  // x_bf16_ready: x rounded to bf16 by its producer (TakeXBf16).
   void Gemm(const CudaWeight& w, const TensorView& x, float* y, int64_t y_stride, bool accumulate,
-            float* silu_out = nullptr, int64_t silu_stride = 0) {
+            float* silu_out = nullptr, int64_t silu_stride = 0, const uint16_t* x_bf16_ready = nullptr) {
     PAGODA_CHECK(x.cols == w.cols) << "CudaBackend::MatMul: x has " << x.cols << " columns, W " << w.cols;
     if (w.dtype == DType::kF32) {
       cuda::GemmF32(x.f32(), x.row_stride, x.rows, w.f32(), w.rows, w.cols, y, y_stride, accumulate, stream);
@@ -136,13 +161,19 @@ struct CudaBackend::State {
     p.y = y;
     p.y_stride = y_stride;
     p.accumulate = accumulate;
-    p.xb = gemm_x.Get<uint16_t>(x.rows * w.k_padded);
+    p.xb = x_bf16_ready != nullptr ? const_cast<uint16_t*>(x_bf16_ready) : gemm_x.Get<uint16_t>(x.rows * w.k_padded);
+    p.xb_ready = x_bf16_ready != nullptr;
     const int64_t partial = cuda::GemmBf16PartialFloats(x.rows, w.rows, w.splits);
     p.partial = partial > 0 ? gemm_partial.Get<float>(partial) : nullptr;
     p.counters = gemm_counters.Get<int>(cuda::kGemmMaxCounters);
     p.pdl = gemm_pdl;
     p.silu_out = silu_out;
     p.silu_stride = silu_stride;
+    if (silu_out != nullptr && x_bf16_on && cuda::GemmConvertsX(x.rows) && cuda::GemmFusesSilu(p)) {
+      // The down product's input, rounded in this product's epilogue.
+      p.silu_bf16 = gemm_x2.Get<uint16_t>(x.rows * (w.rows / 2));
+      x_bf16 = XBf16{silu_out, p.silu_bf16, x.rows, w.rows / 2, op_serial};
+    }
     cuda::GemmBf16(p, stream);
   }
   // y = down(silu(gate x) * up x) over x [m, dim] -> y [m, dim] contiguous.
@@ -171,6 +202,7 @@ inline void UseDevice(int device) { PAGODA_CUDA_CHECK(cudaSetDevice(device)); }
 class OpTimer {
  public:
   OpTimer(CudaBackend::State* s, const char* name) : s_(s->time_ops ? s : nullptr), name_(name) {
+    ++s->op_serial;  // (State::XBf16)
     if (s_ == nullptr) return;
     PAGODA_CUDA_CHECK(cudaDeviceSynchronize());
     start_ = std::chrono::steady_clock::now();

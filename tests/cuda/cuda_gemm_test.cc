@@ -210,6 +210,53 @@ TEST_F(CudaGemmTest, FusedSiluGivesTheRowKernelBits) {
   }
 }
 
+// The bf16 copy of a GEMM's input written by its producer (RMSNorm; the gate|up product's fused
+// SiLU for the down product) gives the same bits as the GEMM's own conversion, at every row
+// count that converts (9-64 rows and the larger products); an op between the producer and the
+// GEMM that rewrites the input leaves the copy unused.
+TEST_F(CudaGemmTest, ProducersBf16CopyGivesTheConvertedBits) {
+  constexpr int64_t kDim = 256, kFfn = 1024, kRows = 130;
+  const HostWeight qkv = MakeWeight(DType::kBF16, 384, kDim, 960), down = MakeWeight(DType::kBF16, kDim, kFfn, 961);
+  const HostWeight gate = MakeWeight(DType::kBF16, kFfn, kDim, 962), up = MakeWeight(DType::kBF16, kFfn, kDim, 963);
+  const Weight wq = gpu_->PrepareWeight(qkv.view), wd = gpu_->PrepareWeight(down.view);
+  const WeightMatrix parts[] = {gate.view, up.view};
+  const Weight wgu = gpu_->PrepareStacked(parts, StackOrder::kPairs16);
+  const PreparedVector norm = gpu_->PrepareVector(RandomVector(kDim, 964, 0.5f, 1.5f));
+  const auto x = RandomVector(kRows * kDim, 965, -2.0f, 2.0f);
+  for (const int64_t m : std::initializer_list<int64_t>{9, 33, 64, 65, kRows}) {
+    SCOPED_TRACE("m=" + std::to_string(m));
+    const TensorView xg = arena_->Make(m, kDim, std::vector<float>(x.begin(), x.begin() + m * kDim));
+    const TensorView h = arena_->Make(m, kDim), h2 = arena_->Make(m, kDim);
+    // The norm, then the GEMM at once (its input's copy from the norm) ...
+    const TensorView y1 = arena_->Make(m, 384), y2 = arena_->Make(m, 384);
+    gpu_->RmsNorm(xg, norm.view, 1e-5, h);
+    gpu_->MatMul(wq, h, y1);
+    // ... against the GEMM over the same values elsewhere (it converts them itself).
+    gpu_->Copy(h, h2);
+    gpu_->MatMul(wq, h2, y2);
+    const auto a = arena_->Read(y1), b = arena_->Read(y2);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "q|k|v after the norm";
+    // The fused SiLU's copy for the down product.
+    const TensorView gu = arena_->Make(m, 2 * kFfn), act = arena_->Make(m, kFfn), act2 = arena_->Make(m, kFfn);
+    const TensorView d1 = arena_->Make(m, kDim), d2 = arena_->Make(m, kDim);
+    gpu_->MatMul(wgu, h, gu, {Epilogue::Kind::kSiluMulPairs, act});
+    gpu_->MatMul(wd, act, d1);
+    gpu_->Copy(act, act2);
+    gpu_->MatMul(wd, act2, d2);
+    const auto c = arena_->Read(d1), d = arena_->Read(d2);
+    EXPECT_EQ(std::memcmp(c.data(), d.data(), c.size() * sizeof(float)), 0) << "down after the fused SiLU";
+    // An op between the norm and the GEMM that rewrites the norm's output: the GEMM reads the
+    // new values (x added to them), not the norm's copy.
+    gpu_->RmsNorm(xg, norm.view, 1e-5, h);
+    gpu_->Add(xg, h);
+    gpu_->MatMul(wq, h, y1);
+    gpu_->Copy(h, h2);
+    gpu_->MatMul(wq, h2, y2);
+    const auto e = arena_->Read(y1), f = arena_->Read(y2);
+    EXPECT_EQ(std::memcmp(e.data(), f.data(), e.size() * sizeof(float)), 0) << "q|k|v after norm + add";
+  }
+}
+
 // Stacked weights (q|k|v, gate|up 16 rows at a time) hold the parts' rows in the stack's order.
 TEST_F(CudaGemmTest, StackedWeightsMatchTheirParts) {
   const HostWeight a = MakeWeight(DType::kBF16, 64, 200, 901), b = MakeWeight(DType::kBF16, 64, 200, 902);

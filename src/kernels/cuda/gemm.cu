@@ -40,6 +40,7 @@ struct Args {
   bool pdl;        // launched as a programmatic dependent of the kernel ahead of it
   float* silu_out;  // kSingle: y's gate|up pairs of 16 columns -> silu(gate) * up here instead of y
   int64_t silu_stride;
+  uint16_t* silu_bf16;  // and rounded to bf16 here ([m, n / 2]), or null
 };
 
 // How a block runs the k chunks.
@@ -160,8 +161,12 @@ __device__ __forceinline__ void SiluPairsFromTile(const Args& a, const float* ti
     const int r = i / kOut, o = i % kOut;
     const int c = (o / 16) * 32 + o % 16;  // the gate's column in the tile; up is 16 further
     if (n0 + c >= a.n) continue;
-    a.silu_out[static_cast<int64_t>(m0 + r) * a.silu_stride + n0 / 2 + o] =
-        Silu(tile[r * kLd + c]) * tile[r * kLd + c + 16];
+    const float v = Silu(tile[r * kLd + c]) * tile[r * kLd + c + 16];
+    a.silu_out[static_cast<int64_t>(m0 + r) * a.silu_stride + n0 / 2 + o] = v;
+    if (a.silu_bf16 != nullptr) {
+      reinterpret_cast<__nv_bfloat16*>(a.silu_bf16)[static_cast<int64_t>(m0 + r) * (a.n / 2) + n0 / 2 + o] =
+          __float2bfloat16_rn(v);
+    }
   }
 }
 
@@ -628,6 +633,8 @@ __global__ void __launch_bounds__(256) GemmF32Kernel(const float* x, int64_t x_s
 
 }  // namespace
 
+bool GemmConvertsX(int64_t m) { return m > kXF32MaxRows; }
+
 GemmSplits GemmSplitsFor(int64_t n, int64_t k_padded) {
   // Enough (tile, chunk) blocks for every SM of a large GPU at m = 1 (64-wide tiles), chunks
   // of at least 512 values, at most 4 chunks (the partial sums' traffic grows with them).
@@ -783,6 +790,7 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
       << "GemmBf16: bad padding (k " << p.k << ", padded " << p.k_padded << ", chunk " << p.splits.chunk << ")";
   const int splits = p.splits.splits;
   PAGODA_CHECK(splits == 1 || p.partial != nullptr) << "GemmBf16: no scratch for the partial sums";
+  PAGODA_CHECK(!p.xb_ready || p.k == p.k_padded) << "GemmBf16: a ready bf16 x needs k == k_padded";
   Args a = {};
   a.x = p.x;
   a.x_stride = p.x_stride;
@@ -801,6 +809,7 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
   a.counters = p.counters;
   a.silu_out = p.silu_out;
   a.silu_stride = p.silu_stride;
+  a.silu_bf16 = p.silu_out != nullptr ? p.silu_bf16 : nullptr;
   if (p.m <= MediumTile::BM) {
     // The chunks' sums added by each tile's last block; up to kXF32MaxRows rows, x rounded in
     // the kernel too: one launch.
@@ -811,7 +820,9 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
     }
     auto launch = [&]<class T>() {
       constexpr bool kXF32 = requires { requires T::kXF32; };
-      if constexpr (!kXF32) ConvertToBf16(p.x, p.x_stride, p.m, p.k, p.k_padded, p.xb, stream, p.pdl);
+      if constexpr (!kXF32) {
+        if (!p.xb_ready) ConvertToBf16(p.x, p.x_stride, p.m, p.k, p.k_padded, p.xb, stream, p.pdl);
+      }
       if (splits == 1) {
         Launch<T, Mode::kSingle>(a, 1, stream);
       } else {
@@ -851,7 +862,7 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
   // alignment allows (GemmCutlassRows), else our wgmma tiles: each chunk's sums into its partial
   // plane in slabs of at most kGemmPartialMaxRows rows, then ReduceChunks adds the planes in chunk
   // order.
-  ConvertToBf16(p.x, p.x_stride, p.m, p.k, p.k_padded, p.xb, stream);
+  if (!p.xb_ready) ConvertToBf16(p.x, p.x_stride, p.m, p.k, p.k_padded, p.xb, stream);
   if (GemmCutlassRows(p, stream)) return;
   for (int64_t r0 = 0; r0 < p.m; r0 += splits == 1 ? p.m : kGemmPartialMaxRows) {
     const int64_t rows = splits == 1 ? p.m : std::min(kGemmPartialMaxRows, p.m - r0);

@@ -83,7 +83,16 @@ struct GemmBf16Params {
   // follows (the same bits either way).
   float* silu_out = nullptr;
   int64_t silu_stride = 0;
+  // Where GemmFusesSilu: also silu(gate) * up rounded to bf16 here, [m, n / 2] contiguous (the
+  // down product's xb, so that it skips its conversion); null: none.
+  uint16_t* silu_bf16 = nullptr;
+  // xb already holds x rounded to bf16 (k == k_padded): the kernel that made x wrote it
+  // (RMSNorm's y_bf16, silu_bf16 above), so no conversion is launched. The same bits.
+  bool xb_ready = false;
 };
+// Whether GemmBf16 rounds an x of m rows to bf16 into xb (more than 8 rows; up to 8 its kernels
+// read x in f32): where a bf16 copy written by x's producer saves a launch.
+bool GemmConvertsX(int64_t m);
 int64_t GemmBf16PartialFloats(int64_t m, int64_t n, const GemmSplits& s);
 // Up to 64 rows, one k chunk, n a multiple of 32, not accumulating: silu_out in the epilogue.
 bool GemmFusesSilu(const GemmBf16Params& p);

@@ -1,5 +1,7 @@
 #include "kernels/cuda/norm.h"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -61,12 +63,18 @@ __global__ void __launch_bounds__(kMaxThreads) RmsNormVec4Kernel(RmsNormParams p
     ss += static_cast<double>(v[k].w) * v[k].w;
   }
   const float inv = InvRms(BlockSum(ss, partial), p);
+  uint2* yb = p.y_bf16 != nullptr ? reinterpret_cast<uint2*>(p.y_bf16 + r * p.cols) : nullptr;
 #pragma unroll
   for (int k = 0; k < kVecPerThread; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < n4) {
-      y[i] = make_float4(v[k].x * inv * g[k].x, v[k].y * inv * g[k].y, v[k].z * inv * g[k].z,
-                         v[k].w * inv * g[k].w);
+      const float4 o = make_float4(v[k].x * inv * g[k].x, v[k].y * inv * g[k].y, v[k].z * inv * g[k].z,
+                                   v[k].w * inv * g[k].w);
+      y[i] = o;
+      if (yb != nullptr) {
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(o.x, o.y), hi = __floats2bfloat162_rn(o.z, o.w);
+        yb[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+      }
     }
   }
 }
@@ -83,7 +91,12 @@ __global__ void RmsNormKernel(RmsNormParams p) {
   double ss = 0.0;
   for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) ss += static_cast<double>(x[i]) * x[i];
   const float inv = InvRms(BlockSum(ss, partial), p);
-  for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) y[i] = x[i] * inv * p.weight[i];
+  __nv_bfloat16* yb = p.y_bf16 != nullptr ? reinterpret_cast<__nv_bfloat16*>(p.y_bf16) + r * p.cols : nullptr;
+  for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) {
+    const float o = x[i] * inv * p.weight[i];
+    y[i] = o;
+    if (yb != nullptr) yb[i] = __float2bfloat16_rn(o);
+  }
 }
 
 }  // namespace
@@ -92,7 +105,8 @@ void RmsNorm(const RmsNormParams& p, cudaStream_t stream, bool pdl) {
   if (p.rows <= 0) return;
   const int64_t n4 = p.cols / 4;
   const bool vec = p.cols % 4 == 0 && p.x_stride % 4 == 0 && p.y_stride % 4 == 0 && Aligned16(p.x) &&
-                   Aligned16(p.y) && Aligned16(p.weight) && n4 <= int64_t{kMaxThreads} * kVecPerThread;
+                   Aligned16(p.y) && Aligned16(p.weight) && n4 <= int64_t{kMaxThreads} * kVecPerThread &&
+                   reinterpret_cast<uintptr_t>(p.y_bf16) % 8 == 0;
   if (vec) {
     // The thread count depends on the columns only (a row's bits do not depend on the batch):
     // kVecPerThread float4s a thread where the row has that many, so that a block is small and
