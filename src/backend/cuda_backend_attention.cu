@@ -101,7 +101,14 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
       items = s.flash_items.Get<cuda::FlashWorkItem>(s.num_flash_items);
     }
     float* scratch = s.attention_partial.Get<float>(cuda::FlashAttentionScratchFloats(q.rows, a.num_heads, a.head_dim));
-    cuda::FlashAttention(p, shape, keys, items, s.num_flash_items, scratch, s.stream);
+    // The o GEMM's input in bf16 too (State::XBf16), where the output rows are contiguous.
+    uint16_t* out_bf16 = nullptr;
+    const int64_t cols = a.num_heads * a.head_dim;
+    if (s.x_bf16_on && cuda::GemmConvertsX(q.rows) && out.cols == cols && out.row_stride == cols) {
+      out_bf16 = s.gemm_x.Get<uint16_t>(q.rows * cols);
+      s.x_bf16 = State::XBf16{out.f32(), out_bf16, q.rows, cols, s.op_serial};
+    }
+    cuda::FlashAttention(p, shape, keys, items, s.num_flash_items, scratch, s.stream, out_bf16);
     return;
   }
   // The grouped kernel's captured grid covers every split: it serves any later context.

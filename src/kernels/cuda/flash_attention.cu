@@ -28,6 +28,7 @@ struct KernelArgs {
   PagedAttentionParams p;
   const FlashWorkItem* items;  // wide shape; null: one token per block
   float* partial;              // split shape: [token][head][segment] rows of HD, then (m, l) pairs
+  __nv_bfloat16* out_bf16;     // the output rounded to bf16 too (the o GEMM's input), or null
   float scale_log2;
   int group;
   int tokens_per_warp;
@@ -426,9 +427,12 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       if (!rows.valid[h]) continue;
       if (num_segments == 1) {
         float* out = p.out + out_rows[h] * HD;
+        __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
 #pragma unroll
         for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-          StorePair<kKRegs>(out, dt, q, __fdiv_rn(o_val(dt, 2 * h), l_total[h]), __fdiv_rn(o_val(dt, 2 * h + 1), l_total[h]));
+          const float v0 = __fdiv_rn(o_val(dt, 2 * h), l_total[h]), v1 = __fdiv_rn(o_val(dt, 2 * h + 1), l_total[h]);
+          StorePair<kKRegs>(out, dt, q, v0, v1);
+          StorePairBf16<kKRegs>(out_b, dt, q, v0, v1);
         }
       } else {
         const int64_t at = out_rows[h] * kFlashMaxSegments + z;
@@ -451,10 +455,13 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     for (int h = 0; h < kH; ++h) {
       if (!rows.valid[h]) continue;
       float* out = p.out + out_rows[h] * HD;
+      __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
 #pragma unroll
       for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-        StorePair<kKRegs>(out, dt, q, __fdiv_rn(o_s[(dt * 4 + 2 * h) * kThreads], L[h]),
-                          __fdiv_rn(o_s[(dt * 4 + 2 * h + 1) * kThreads], L[h]));
+        const float v0 = __fdiv_rn(o_s[(dt * 4 + 2 * h) * kThreads], L[h]);
+        const float v1 = __fdiv_rn(o_s[(dt * 4 + 2 * h + 1) * kThreads], L[h]);
+        StorePair<kKRegs>(out, dt, q, v0, v1);
+        StorePairBf16<kKRegs>(out_b, dt, q, v0, v1);
       }
     }
   }
@@ -462,7 +469,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
 
 // The split shape's merge: a token's segment states in order, as the walking shapes merge them.
 template <int HD>
-__global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial) {
+__global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial, __nv_bfloat16* out_bf16) {
   AllowDependentLaunch();  // the o GEMM after it prefetches its weights meanwhile
   const int t = blockIdx.x, h = blockIdx.y;
   const int pos = p.positions[t], first = WindowStart(p, pos);
@@ -479,7 +486,9 @@ __global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial) {
       L = Blend(L, ml[2 * s + 1], sc);
       M = sc.m;
     }
-    p.out[(static_cast<int64_t>(t) * p.num_heads + h) * HD + d] = __fdiv_rn(O, L);
+    const int64_t at_out = (static_cast<int64_t>(t) * p.num_heads + h) * HD + d;
+    p.out[at_out] = __fdiv_rn(O, L);
+    if (out_bf16 != nullptr) out_bf16[at_out] = __float2bfloat16_rn(__fdiv_rn(O, L));
   }
 }
 
@@ -523,11 +532,12 @@ void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t strea
 
 template <typename KV, int HD>
 void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
-            int64_t num_items, float* scratch, cudaStream_t stream) {
+            int64_t num_items, float* scratch, uint16_t* out_bf16, cudaStream_t stream) {
   KernelArgs a;
   a.p = p;
   a.items = nullptr;
   a.partial = scratch;
+  a.out_bf16 = reinterpret_cast<__nv_bfloat16*>(out_bf16);
   // nvfp4 read in registers: K's tensor scale folded into the softmax scale (one rounding).
   const double k_tensor =
       p.k_format.quant == KVQuant::kNvfp4 && p.k_format.tensor_scale > 0.0f ? p.k_format.tensor_scale : 1.0;
@@ -549,7 +559,7 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
       LaunchOneWarp<KV, HD, true>(a, grid, ping, stream);
       if (depth > 1) {
         FlashMergeKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
-                               stream>>>(p, scratch);
+                               stream>>>(p, scratch, a.out_bf16);
         PAGODA_CUDA_CHECK_LAUNCH("FlashMergeKernel");
       }
       return;
@@ -652,7 +662,7 @@ FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs) {
 }
 
 void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
-                    int64_t num_items, float* scratch, cudaStream_t stream) {
+                    int64_t num_items, float* scratch, cudaStream_t stream, uint16_t* out_bf16) {
   if (p.num_tokens <= 0) return;
   PAGODA_CHECK(FlashAttentionSupports(p)) << "FlashAttention: unsupported shape";
   PAGODA_CHECK(shape != FlashShape::kSplit || p.num_tokens <= kFlashSplitMaxTokens)
@@ -660,9 +670,9 @@ void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max
   PAGODA_CHECK(shape != FlashShape::kWide || (items != nullptr && num_items > 0)) << "FlashAttention: no work items";
   auto run = [&]<typename KV>() {
     if (p.head_dim == 128) {
-      Launch<KV, 128>(p, shape, max_keys, items, num_items, scratch, stream);
+      Launch<KV, 128>(p, shape, max_keys, items, num_items, scratch, out_bf16, stream);
     } else {
-      Launch<KV, 64>(p, shape, max_keys, items, num_items, scratch, stream);
+      Launch<KV, 64>(p, shape, max_keys, items, num_items, scratch, out_bf16, stream);
     }
   };
   switch (p.k_format.quant) {

@@ -88,7 +88,9 @@ FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs);
 
 // `max_keys`: the most keys a token of the step attends to (FlashSplitDepth); `items`:
 // the wide shape's work items in device memory (FlashWorkItems), unused by the others.
+// out_bf16: also the output rounded to bf16 there ([num_tokens, num_heads * head_dim]
+// contiguous: the o GEMM's input, GemmBf16Params::xb_ready), or null.
 void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
-                    int64_t num_items, float* scratch, cudaStream_t stream);
+                    int64_t num_items, float* scratch, cudaStream_t stream, uint16_t* out_bf16 = nullptr);
 
 }  // namespace pagoda::cuda

@@ -72,6 +72,18 @@ __device__ __forceinline__ void StorePair(float* row, int dt, int q, float v0, f
   }
 }
 
+// The same pair rounded to bf16 into `row` (a bf16 copy of the output), or nothing when null.
+template <bool kPermuted>
+__device__ __forceinline__ void StorePairBf16(__nv_bfloat16* row, int dt, int q, float v0, float v1) {
+  if (row == nullptr) return;
+  if constexpr (kPermuted) {
+    row[OutColumn<true>(dt, q, 0)] = __float2bfloat16_rn(v0);
+    row[OutColumn<true>(dt, q, 1)] = __float2bfloat16_rn(v1);
+  } else {
+    *reinterpret_cast<__nv_bfloat162*>(row + OutColumn<false>(dt, q, 0)) = __floats2bfloat162_rn(v0, v1);
+  }
+}
+
 __device__ __forceinline__ float QuadMax(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
