@@ -76,8 +76,9 @@ struct CudaBackend::State {
 
   DeviceScratch staging;  // MatMul outputs that live on the host; LogitsBuffer
   DeviceScratch gemm_x, gemm_partial;  // bf16 copies of GEMM inputs; split-k partial sums
-  // A bf16 copy of the next GEMM's input written by the kernel that made it: RMSNorm's output
-  // into gemm_x, the fused SiLU's into gemm_x2 (the gate|up product reads gemm_x meanwhile).
+  // A bf16 copy of the next GEMM's input written by the kernel that made it: RMSNorm's and
+  // FlashAttention's output into gemm_x, the fused SiLU's into gemm_x2 (the gate|up product
+  // reads gemm_x meanwhile).
   // Valid for the op right after its producer (op_serial counts every op that writes device
   // memory); the GEMM then launches no conversion. PAGODA_CUDA_X_BF16=0 turns it off.
   struct XBf16 {
@@ -90,7 +91,8 @@ struct CudaBackend::State {
   uint64_t op_serial = 0;
   bool x_bf16_on = true;
   DeviceScratch gemm_x2;
-  // The copy of x that the GEMM of the current op over weight w may take, or null.
+  // The copy of x that the GEMM of the current op may take (k_padded: its weight's), or null;
+  // either way the record is used up.
   const uint16_t* TakeXBf16(const TensorView& x, int64_t k_padded) {
     const XBf16 r = x_bf16;
     x_bf16 = XBf16{};
