@@ -98,14 +98,4 @@ int64_t GemmBf16PartialFloats(int64_t m, int64_t n, const GemmSplits& s);
 bool GemmFusesSilu(const GemmBf16Params& p);
 void GemmBf16(const GemmBf16Params& p, cudaStream_t stream);
 
-// f32 weights: y (+)= x W^T with f32 products summed in k order.
-void GemmF32(const float* x, int64_t x_stride, int64_t m, const float* w, int64_t n, int64_t k, float* y,
-             int64_t y_stride, bool accumulate, cudaStream_t stream);
-
-// x [rows, cols] f32 -> out [rows, cols_padded] bf16 bits (round to nearest even), zeros past cols.
-// pdl: launched as a programmatic dependent that lets the next kernel in at once (for a
-// conversion of one wave followed by a pdl GEMM).
-void ConvertToBf16(const float* x, int64_t x_stride, int64_t rows, int64_t cols, int64_t cols_padded, uint16_t* out,
-                   cudaStream_t stream, bool pdl = false);
-
 }  // namespace pagoda::cuda

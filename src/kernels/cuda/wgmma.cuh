@@ -1,5 +1,5 @@
 // Hopper warpgroup matrix products (wgmma, sm_90a): one-instruction wrappers and the shared
-// memory descriptor of a K-major bf16 tile in the 128-byte swizzle (kernels/cuda/gemm.cu).
+// memory descriptor of a K-major bf16 tile in the 128-byte swizzle (kernels/cuda/gemm_tile.cuh).
 //
 // A warpgroup (4 warps, 128 threads) computes D[64, N] (+)= A[64, 16] B[16, N]^T with A and B
 // read from shared memory through descriptors. The f32 accumulators d[N / 2] of a thread are in
@@ -12,7 +12,7 @@
 namespace pagoda::cuda {
 
 // A tile whose rows are 128 bytes (64 bf16 of k), 16-byte chunk c of row r stored at chunk
-// c ^ (r % 8) (kernels/cuda/gemm.cu's Swizzle), 8-row groups 1024 bytes apart; `addr` is the
+// c ^ (r % 8) (kernels/cuda/gemm_tile.cuh's Swizzle), 8-row groups 1024 bytes apart; `addr` is the
 // shared address of the tile (1024-byte aligned) plus 32 bytes per k-step of 16 values.
 __device__ __forceinline__ uint64_t SwizzledTileDescriptor(uint32_t addr) {
   uint64_t d = 0;
