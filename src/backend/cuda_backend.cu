@@ -216,8 +216,8 @@ void CudaBackend::ReserveScratch(int64_t max_tokens, int64_t max_logits) {
   UseDevice(s_->device);
   State& s = *s_;
   s.gemm_x.Get<uint16_t>(max_tokens * s.max_k_padded);
-  // The fused SiLU's bf16 output (State::XBf16; GemmFusesSilu: at most 64 rows).
-  s.gemm_x2.Get<uint16_t>(std::min<int64_t>(max_tokens, 64) * s.max_k_padded);
+  // The fused SiLU's bf16 output (State::XBf16).
+  s.gemm_x2.Get<uint16_t>(std::min(max_tokens, cuda::kGemmFusedSiluMaxRows) * s.max_k_padded);
   // Split-k partial sums: planes of at most kGemmPartialMaxRows rows (kernels/cuda/gemm.h).
   s.gemm_partial.Get<float>(std::min<int64_t>(max_tokens, cuda::kGemmPartialMaxRows) * s.max_partial_per_row +
                             cuda::kGemmSplitKLockFloats);

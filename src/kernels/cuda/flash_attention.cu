@@ -487,8 +487,9 @@ __global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial, _
       M = sc.m;
     }
     const int64_t at_out = (static_cast<int64_t>(t) * p.num_heads + h) * HD + d;
-    p.out[at_out] = __fdiv_rn(O, L);
-    if (out_bf16 != nullptr) out_bf16[at_out] = __float2bfloat16_rn(__fdiv_rn(O, L));
+    const float v = __fdiv_rn(O, L);
+    p.out[at_out] = v;
+    if (out_bf16 != nullptr) out_bf16[at_out] = __float2bfloat16_rn(v);
   }
 }
 

@@ -118,7 +118,8 @@ int64_t GemmBf16PartialFloats(int64_t m, int64_t n, const GemmSplits& s) {
 }
 
 bool GemmFusesSilu(const GemmBf16Params& p) {
-  return p.m <= MediumTile::BM && p.splits.splits == 1 && p.n % 32 == 0 && !p.accumulate;
+  static_assert(kGemmFusedSiluMaxRows == MediumTile::BM, "the fused SiLU runs in the 64-row kernels' epilogue");
+  return p.m <= kGemmFusedSiluMaxRows && p.splits.splits == 1 && p.n % 32 == 0 && !p.accumulate;
 }
 
 // Split-K's serialized reduction through global memory beats the chained products up to about

@@ -94,7 +94,9 @@ struct GemmBf16Params {
 // read x in f32): where a bf16 copy written by x's producer saves a launch.
 bool GemmConvertsX(int64_t m);
 int64_t GemmBf16PartialFloats(int64_t m, int64_t n, const GemmSplits& s);
-// Up to 64 rows, one k chunk, n a multiple of 32, not accumulating: silu_out in the epilogue.
+// Up to kGemmFusedSiluMaxRows rows, one k chunk, n a multiple of 32, not accumulating: silu_out
+// in the epilogue.
+inline constexpr int64_t kGemmFusedSiluMaxRows = 64;
 bool GemmFusesSilu(const GemmBf16Params& p);
 void GemmBf16(const GemmBf16Params& p, cudaStream_t stream);
 
