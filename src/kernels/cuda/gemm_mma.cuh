@@ -13,10 +13,13 @@
 
 namespace pagoda::cuda::gemm {
 
+inline constexpr int64_t kXF32MaxRows = 8;
+
 // The mma.sync kernels' tiles (up to 64 rows). A stage holds the k-tile of BN weight rows (bf16,
-// swizzled) and of BM rows of x: as bf16 from ConvertToBf16's output, or (kXF32, the fewest
-// rows) as f32 straight from x, rounded to bf16 while the A fragments are built: the same bits
-// without ConvertToBf16's launch. With more rows the f32 tile's traffic outweighs that launch.
+// swizzled) and of BM rows of x: as bf16 from ConvertToBf16's output, or (kXF32, at most
+// kXF32MaxRows rows, so a stage holds only those) as f32 straight from x, rounded to bf16 while
+// the A fragments are built: the same bits without ConvertToBf16's launch. With more rows the
+// f32 tile's traffic outweighs that launch.
 template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_, bool XF32_>
 struct Tile {
   static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
@@ -26,14 +29,15 @@ struct Tile {
   static constexpr int MI = WTM / 16, NI = WTN / 8;
   // f32 x rows of 64 floats + 8 of padding: the 8 rows a fragment load touches hit distinct banks.
   static constexpr int kXRowFloats = kBK + 8;
+  static constexpr int kXRows = kXF32 ? static_cast<int>(kXF32MaxRows) : BM;
   static constexpr int kWBytes = BN * kBK * 2;
-  static constexpr int kStageBytes = kWBytes + (kXF32 ? BM * kXRowFloats * 4 : BM * kBK * 2);
+  static constexpr int kStageBytes = kWBytes + (kXF32 ? kXRows * kXRowFloats * 4 : BM * kBK * 2);
   static constexpr int kPipelineBytes = STAGES * kStageBytes;
   static_assert(MI >= 1 && NI >= 2 && NI % 2 == 0, "warp tile");
+  static_assert(!kXF32 || (MI == 1 && kXRows <= 8), "f32 x: one 16-row slice, rows 8-15 padding");
 };
 
-inline constexpr int64_t kXF32MaxRows = 8;
-using TinyTile = Tile<16, 64, 1, 4, 4, true>;     // m <= kXF32MaxRows (decode of a few sequences)
+using TinyTile = Tile<16, 64, 1, 4, 4, true>;  // m <= kXF32MaxRows (decode of a few sequences)
 using MediumTile = Tile<64, 64, 2, 2, 4, false>;  // m <= 64 (when WgTile64x64 would leave SMs idle)
 
 template <class T, Mode kMode>
@@ -50,7 +54,7 @@ __global__ void __launch_bounds__(T::kThreads, 2) GemmMmaKernel(Args a) {
   auto x_stage = [&](int stage) { return base + stage * T::kStageBytes + T::kWBytes; };
   auto load_x = [&](int stage, int k0) {
     if constexpr (T::kXF32) {
-      LoadXStage<T::BM, T::kThreads, T::kXRowFloats>(a, x_stage(stage), m0, k0, tid);
+      LoadXStage<T::kXRows, T::kThreads, T::kXRowFloats>(a, x_stage(stage), m0, k0, tid);
     } else {
       LoadXbStage<T::BM, T::kThreads>(a, x_stage(stage), m0, k0, tid);
     }
@@ -104,13 +108,13 @@ __global__ void __launch_bounds__(T::kThreads, 2) GemmMmaKernel(Args a) {
           LdMatrixX4(sa + Swizzle(r, kk * 2 + (lane >> 4)), af[i][0], af[i][1], af[i][2], af[i][3]);
           continue;
         }
-        const int r0 = wm * T::WTM + i * 16 + g, r1 = r0 + 8;
+        const int r0 = wm * T::WTM + i * 16 + g;
         const float* x0 = xs + r0 * T::kXRowFloats + kk * 16 + 2 * q;
-        const float* x1 = xs + r1 * T::kXRowFloats + kk * 16 + 2 * q;
         const float2 v0 = r0 < valid_rows ? *reinterpret_cast<const float2*>(x0) : make_float2(0.f, 0.f);
-        const float2 v1 = r1 < valid_rows ? *reinterpret_cast<const float2*>(x1) : make_float2(0.f, 0.f);
+        // Rows g + 8 are padding (valid_rows <= kXRows <= 8): never read, no shared memory for them.
+        const float2 v1 = make_float2(0.f, 0.f);
         const float2 v2 = r0 < valid_rows ? *reinterpret_cast<const float2*>(x0 + 8) : make_float2(0.f, 0.f);
-        const float2 v3 = r1 < valid_rows ? *reinterpret_cast<const float2*>(x1 + 8) : make_float2(0.f, 0.f);
+        const float2 v3 = make_float2(0.f, 0.f);
         af[i][0] = PackPair<__nv_bfloat16>(v0.x, v0.y);
         af[i][1] = PackPair<__nv_bfloat16>(v1.x, v1.y);
         af[i][2] = PackPair<__nv_bfloat16>(v2.x, v2.y);
