@@ -108,7 +108,8 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
       out_bf16 = s.gemm_x.Get<uint16_t>(q.rows * cols);
       s.x_bf16 = State::XBf16{out.f32(), out_bf16, q.rows, cols, s.op_serial};
     }
-    cuda::FlashAttention(p, shape, keys, items, s.num_flash_items, scratch, s.stream, out_bf16);
+    cuda::FlashAttention(p, shape, keys, items, s.num_flash_items, scratch, s.stream, out_bf16,
+                         s.gemm_pdl && q.rows <= kPdlMaxRows);
     return;
   }
   // The grouped kernel's captured grid covers every split: it serves any later context.

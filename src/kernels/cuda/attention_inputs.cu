@@ -129,6 +129,7 @@ __device__ void TokenCosSin(const AttentionInputsParams& p, int64_t t, int64_t h
 
 // Block (token blockIdx.x, rows rows_per_block * blockIdx.y ...).
 __global__ void __launch_bounds__(kThreads) AttentionInputsKernel(AttentionInputsParams p, int rows_per_block) {
+  AllowDependentLaunch();  // FlashAttention after it reads the step's positions and tables meanwhile
   GridDependencyWait();  // q|k|v from the GEMM ahead
   __shared__ float row[kMaxKVQuantDim];
   __shared__ float cos_sin[kMaxKVQuantDim];  // (cos, sin) of each rotated pair
@@ -172,6 +173,7 @@ __device__ void WarpRow(const AttentionInputsParams& p, int64_t t, int64_t h, fl
 }
 
 __global__ void __launch_bounds__(kThreads) AttentionInputsWarpKernel(AttentionInputsParams p, int rows_per_block) {
+  AllowDependentLaunch();  // FlashAttention after it reads the step's positions and tables meanwhile
   GridDependencyWait();  // q|k|v from the GEMM ahead
   __shared__ float rows_s[kWarps][kMaxKVQuantDim];
   __shared__ float cos_sin[kMaxKVQuantDim];

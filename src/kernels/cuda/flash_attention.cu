@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   constexpr int kKVBytes = KVSmemBytes<HD, kWarps, kSplit, kPing, KV>();
   constexpr int kThreads = kWarps * 32;
   extern __shared__ __align__(16) uint8_t smem[];
+  AllowDependentLaunch();  // the merge (or the o GEMM) after it waits for its end
   const PagedAttentionParams& p = a.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int kvh = blockIdx.y;
@@ -133,6 +134,12 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     w_all_lo = max(w_all_lo, __shfl_xor_sync(0xffffffffu, w_all_lo, o));
     w_all_hi = min(w_all_hi, __shfl_xor_sync(0xffffffffu, w_all_hi, o));
   }
+
+  // Launched as a programmatic dependent (a.pdl): the positions and block tables above are the
+  // step's, uploaded before its first kernel; Q and the step's own K/V rows come from the kernel
+  // ahead. Every block waits (a block that ends without waiting could let the kernels after
+  // this one pass theirs before the kernel ahead is done).
+  GridDependencyWait();
 
   // The block's keys [lo, hi]: a segment of its token (split) or the union of its warps' keys.
   int lo, hi, z = 0, num_segments = 1;
@@ -475,6 +482,7 @@ __global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial, _
   const int pos = p.positions[t], first = WindowStart(p, pos);
   const int seg = static_cast<int>(FlashSegmentKeys(first, pos));
   const int num_segments = pos / seg - first / seg + 1;
+  GridDependencyWait();  // the partial states (pdl: every block waits, as FlashAttentionKernel's)
   if (num_segments == 1) return;
   const int64_t at = (static_cast<int64_t>(t) * p.num_heads + h) * kFlashMaxSegments;
   const float* ml = partial + p.num_tokens * p.num_heads * kFlashMaxSegments * HD + at * 2;
@@ -494,14 +502,14 @@ __global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial, _
 }
 
 template <typename KV, int HD, int kWarps, bool kSplit, bool kPing, bool kRows8 = false>
-void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream) {
+void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl) {
   using Geo = Geometry<HD>;
   constexpr int kSmem =
       KVSmemBytes<HD, kWarps, kSplit, kPing, KV>() + (kSplit ? 0 : Geo::kOutFloats * kWarps * 32 * 4);
   static uint32_t devices_done = 0;
   AllowSmem(FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing, kRows8>, kSmem, &devices_done);
-  FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing, kRows8><<<grid, kWarps * 32, kSmem, stream>>>(a);
-  PAGODA_CUDA_CHECK_LAUNCH("FlashAttentionKernel");
+  LaunchDependent(FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing, kRows8>, grid, dim3(kWarps * 32), kSmem, stream,
+                  pdl, a);
 }
 
 // The one-warp shapes take the K/V ping buffers when the grid has more blocks than the
@@ -520,20 +528,21 @@ bool UsePing(int64_t blocks) { return blocks > 3 * static_cast<int64_t>(SmCount(
 // so does head dim 64, where ptxas capped kRows8 kernels at 96 registers with 122 bytes of
 // spills.
 template <typename KV, int HD, bool kSplit>
-void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t stream) {
+void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t stream, bool pdl) {
   if constexpr (!kQuantKV<KV> && HD == 128) {
     if (a.group <= 8) {
-      ping ? LaunchKernel<KV, HD, 1, kSplit, true, true>(a, grid, stream)
-           : LaunchKernel<KV, HD, 1, kSplit, false, true>(a, grid, stream);
+      ping ? LaunchKernel<KV, HD, 1, kSplit, true, true>(a, grid, stream, pdl)
+           : LaunchKernel<KV, HD, 1, kSplit, false, true>(a, grid, stream, pdl);
       return;
     }
   }
-  ping ? LaunchKernel<KV, HD, 1, kSplit, true>(a, grid, stream) : LaunchKernel<KV, HD, 1, kSplit, false>(a, grid, stream);
+  ping ? LaunchKernel<KV, HD, 1, kSplit, true>(a, grid, stream, pdl)
+       : LaunchKernel<KV, HD, 1, kSplit, false>(a, grid, stream, pdl);
 }
 
 template <typename KV, int HD>
 void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
-            int64_t num_items, float* scratch, uint16_t* out_bf16, cudaStream_t stream) {
+            int64_t num_items, float* scratch, uint16_t* out_bf16, cudaStream_t stream, bool pdl) {
   KernelArgs a;
   a.p = p;
   a.items = nullptr;
@@ -557,11 +566,10 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
       a.tokens_per_warp = 1;
       const dim3 grid(static_cast<unsigned>(p.num_tokens), kv, static_cast<unsigned>(depth));
       const bool ping = UsePing(p.num_tokens * p.num_kv_heads * depth);
-      LaunchOneWarp<KV, HD, true>(a, grid, ping, stream);
+      LaunchOneWarp<KV, HD, true>(a, grid, ping, stream, pdl);
       if (depth > 1) {
-        FlashMergeKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
-                               stream>>>(p, scratch, a.out_bf16);
-        PAGODA_CUDA_CHECK_LAUNCH("FlashMergeKernel");
+        LaunchDependent(FlashMergeKernel<HD>, dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)),
+                        dim3(HD), 0, stream, pdl, p, scratch, a.out_bf16);
       }
       return;
     }
@@ -569,12 +577,12 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
       a.tokens_per_warp = 1;
       const bool ping = UsePing(p.num_tokens * p.num_kv_heads);
       const dim3 grid(static_cast<unsigned>(p.num_tokens), kv);
-      LaunchOneWarp<KV, HD, false>(a, grid, ping, stream);
+      LaunchOneWarp<KV, HD, false>(a, grid, ping, stream, pdl);
       return;
     }
     case FlashShape::kWide:
       a.items = items;
-      LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream);
+      LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
       return;
   }
 }
@@ -663,7 +671,7 @@ FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs) {
 }
 
 void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
-                    int64_t num_items, float* scratch, cudaStream_t stream, uint16_t* out_bf16) {
+                    int64_t num_items, float* scratch, cudaStream_t stream, uint16_t* out_bf16, bool pdl) {
   if (p.num_tokens <= 0) return;
   PAGODA_CHECK(FlashAttentionSupports(p)) << "FlashAttention: unsupported shape";
   PAGODA_CHECK(shape != FlashShape::kSplit || p.num_tokens <= kFlashSplitMaxTokens)
@@ -671,9 +679,9 @@ void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max
   PAGODA_CHECK(shape != FlashShape::kWide || (items != nullptr && num_items > 0)) << "FlashAttention: no work items";
   auto run = [&]<typename KV>() {
     if (p.head_dim == 128) {
-      Launch<KV, 128>(p, shape, max_keys, items, num_items, scratch, out_bf16, stream);
+      Launch<KV, 128>(p, shape, max_keys, items, num_items, scratch, out_bf16, stream, pdl);
     } else {
-      Launch<KV, 64>(p, shape, max_keys, items, num_items, scratch, out_bf16, stream);
+      Launch<KV, 64>(p, shape, max_keys, items, num_items, scratch, out_bf16, stream, pdl);
     }
   };
   switch (p.k_format.quant) {

@@ -89,8 +89,10 @@ FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs);
 // `max_keys`: the most keys a token of the step attends to (FlashSplitDepth); `items`:
 // the wide shape's work items in device memory (FlashWorkItems), unused by the others.
 // out_bf16: also the output rounded to bf16 there ([num_tokens, num_heads * head_dim]
-// contiguous: the o GEMM's input, GemmBf16Params::xb_ready), or null.
+// contiguous: the o GEMM's input, GemmBf16Params::xb_ready), or null. pdl: launched as a
+// programmatic dependent of the kernel ahead (kernels/cuda/pdl.cuh), and the merge of it.
 void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
-                    int64_t num_items, float* scratch, cudaStream_t stream, uint16_t* out_bf16 = nullptr);
+                    int64_t num_items, float* scratch, cudaStream_t stream, uint16_t* out_bf16 = nullptr,
+                    bool pdl = false);
 
 }  // namespace pagoda::cuda
