@@ -8,7 +8,10 @@
 //   - the row kernels after a GEMM (RMSNorm, the attention inputs, the paired SiLU) are
 //     dependents of it, let in once each GEMM block has finished its products: their blocks
 //     are resident and waiting when the GEMM's last stores land, instead of being launched
-//     after it.
+//     after it;
+//   - FlashAttention is a dependent of the attention inputs kernel, which lets it in first
+//     thing (it reads the step's positions and block tables meanwhile), and its merge kernel a
+//     dependent of it.
 // Every kernel so launched calls GridDependencyWait before it reads or writes memory that a
 // kernel ahead of it touches, so a chain of dependents still runs in stream order. Both device
 // calls are no-ops without such a launch.
