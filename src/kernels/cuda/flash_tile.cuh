@@ -133,16 +133,11 @@ struct TileK {
 // kRows8 (here and in the functions below): the warp's rows 8-15 are padding (a decode warp of
 // at most 8 query rows), so their accumulators, scores and softmax state are not computed
 // (MmaRows); rows 0-7 get the same bits either way.
-// The first half of a tile of 64 keys (K's fragments from `kf`, the keys from absolute key
-// `tile_start`) for the warp's 16 rows: s = P = 2^(S - m), the state's max and sum updated and O
-// rescaled. `mask`: some row of the warp has keys of this tile outside its window.
+// S = Q K^T of a tile of 64 keys for the warp's 16 rows (K's fragments from `kf`): eight n-tiles
+// of 8 keys in the C layout (kGrouped sources scale their groups' sums themselves).
 template <typename T, int HD, bool kRows8 = false, class KFrag>
-__device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, const uint32_t (&qf)[HD / 16][4],
-                                              const Rows& rows, float scale_log2, bool mask, State<HD>& st,
-                                              float (&s)[8][4]) {
+__device__ __forceinline__ void TileScores(const KFrag& kf, const uint32_t (&qf)[HD / 16][4], float (&s)[8][4]) {
   using Geo = Geometry<HD>;
-  const int lane = threadIdx.x & 31, q = lane & 3;
-  // S = Q K^T: eight n-tiles of 8 keys (kGrouped sources scale their groups' sums themselves).
   if constexpr (KFrag::kGrouped) {
     static_assert(!kRows8, "grouped sources (int8/int4 in registers) keep all 16 rows");
     kf.template Scores<T>(qf, s);
@@ -169,6 +164,16 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
       }
     }
   }
+}
+
+// The online softmax of a tile's scores `s` (TileScores' layout; the keys from absolute key
+// `tile_start`): s = P = 2^(S - m), the state's max and sum updated and O rescaled. `mask`: some
+// row of the warp has keys of this tile outside its window. `kf` scales a quantized K's rows.
+template <int HD, bool kRows8 = false, class KFrag>
+__device__ __forceinline__ void TileSoftmax(const KFrag& kf, int tile_start, const Rows& rows, float scale_log2,
+                                            bool mask, State<HD>& st, float (&s)[8][4]) {
+  using Geo = Geometry<HD>;
+  const int lane = threadIdx.x & 31, q = lane & 3;
   constexpr int kI = kRows8 ? 2 : 4, kH = kRows8 ? 1 : 2;  // kRows8: rows 8-15 (h = 1) are padding
   // Scores (a quantized K's row scales first), masked; the rows' new maxima in the log2 domain:
   // scale_log2 > 0 and rounding is monotonic, so the scaled maximum is the maximum's product.
@@ -220,6 +225,15 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
       st.acc[dt][3] = __fmul_rn(st.acc[dt][3], corr[1]);
     }
   }
+}
+
+// The first half of a tile: its scores and their softmax.
+template <typename T, int HD, bool kRows8 = false, class KFrag>
+__device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, const uint32_t (&qf)[HD / 16][4],
+                                              const Rows& rows, float scale_log2, bool mask, State<HD>& st,
+                                              float (&s)[8][4]) {
+  TileScores<T, HD, kRows8>(kf, qf, s);
+  TileSoftmax<HD, kRows8>(kf, tile_start, rows, scale_log2, mask, st, s);
 }
 
 // The same from K rows of a 16-bit tile.
