@@ -427,20 +427,25 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     }
   }
 
+  // Row h's output, value(dt, j) at accumulator (dt, 2h + j), and its bf16 copy for the o GEMM
+  // when asked for.
+  auto store_row = [&](int h, auto value) {
+    float* out = p.out + out_rows[h] * HD;
+    __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
+#pragma unroll
+    for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+      const float v0 = value(dt, 0), v1 = value(dt, 1);
+      StorePair<kKRegs>(out, dt, q, v0, v1);
+      StorePairBf16<kKRegs>(out_b, dt, q, v0, v1);
+    }
+  };
   if constexpr (kSplit) {
     const float l_total[2] = {QuadSum(st.l[0]), kRows8 ? 0.0f : QuadSum(st.l[1])};
 #pragma unroll
     for (int h = 0; h < kH; ++h) {
       if (!rows.valid[h]) continue;
       if (num_segments == 1) {
-        float* out = p.out + out_rows[h] * HD;
-        __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
-#pragma unroll
-        for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-          const float v0 = __fdiv_rn(o_val(dt, 2 * h), l_total[h]), v1 = __fdiv_rn(o_val(dt, 2 * h + 1), l_total[h]);
-          StorePair<kKRegs>(out, dt, q, v0, v1);
-          StorePairBf16<kKRegs>(out_b, dt, q, v0, v1);
-        }
+        store_row(h, [&](int dt, int j) { return __fdiv_rn(o_val(dt, 2 * h + j), l_total[h]); });
       } else {
         const int64_t at = out_rows[h] * kFlashMaxSegments + z;
         float* part = a.partial + at * HD;
@@ -461,15 +466,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
 #pragma unroll
     for (int h = 0; h < kH; ++h) {
       if (!rows.valid[h]) continue;
-      float* out = p.out + out_rows[h] * HD;
-      __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
-#pragma unroll
-      for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-        const float v0 = __fdiv_rn(o_s[(dt * 4 + 2 * h) * kThreads], L[h]);
-        const float v1 = __fdiv_rn(o_s[(dt * 4 + 2 * h + 1) * kThreads], L[h]);
-        StorePair<kKRegs>(out, dt, q, v0, v1);
-        StorePairBf16<kKRegs>(out_b, dt, q, v0, v1);
-      }
+      store_row(h, [&](int dt, int j) { return __fdiv_rn(o_s[(dt * 4 + 2 * h + j) * kThreads], L[h]); });
     }
   }
 }
