@@ -3,6 +3,8 @@
 // steps with scrambled block tables, long contexts cut into splits, FlashAttention's three
 // launch shapes giving the same bits, MLA, and the fused attention-inputs kernel against the
 // separate ops.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include "backend/cpu_backend.h"
 #include "backend/cuda_backend.h"
 #include "core/dtype.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/params/rope_params.h"
 #include "tests/cuda/cuda_ops_fixture.h"
 
@@ -279,6 +282,112 @@ TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
       const std::vector<float> alone = attend(c.builder.Finish(), qs, nullptr, nullptr, false, nullptr);
       EXPECT_EQ(std::memcmp(alone.data(), together.data() + s * row, row * sizeof(float)), 0)
           << "sequence " << s << " decoded alone differs from the batch of 150";
+    }
+  }
+}
+
+// The wgmma shape's building blocks (flash_wgmma.cuh's swizzled tiles and descriptors, the SS and
+// RS products) against a float64 reference of the same rounded inputs: S = Q K^T and O = P V for
+// one tile, bf16 and f16, head dims 64 and 128.
+TEST_F(CudaOpsTest, WgmmaTileProductsMatchTheReference) {
+  for (const bool f16 : {false, true}) {
+    for (const int hd : {64, 128}) {
+      SCOPED_TRACE(std::string(f16 ? "f16" : "bf16") + " hd " + std::to_string(hd));
+      auto round = [&](float x) {
+        return f16 ? static_cast<double>(static_cast<float>(static_cast<__half>(x)))
+                   : static_cast<double>(static_cast<float>(static_cast<__nv_bfloat16>(x)));
+      };
+      const auto q = RandomVector(64 * hd, 61), k = RandomVector(64 * hd, 62), v = RandomVector(64 * hd, 63),
+                 pm = RandomVector(64 * 64, 64);
+      const TensorView s = arena_->Make(64, 64), o = arena_->Make(64, hd);
+      cuda::WgmmaTileProductsForTest(arena_->Make(64, hd, q).f32(), arena_->Make(64, hd, k).f32(),
+                                     arena_->Make(64, hd, v).f32(), arena_->Make(64, 64, pm).f32(), s.f32(), o.f32(), hd,
+                                     f16, nullptr);
+      const auto gs = arena_->Read(s), go = arena_->Read(o);
+      double worst_s = 0.0, worst_o = 0.0;
+      for (int r = 0; r < 64; ++r) {
+        for (int c = 0; c < 64; ++c) {
+          double want = 0.0, mag = 0.0;
+          for (int d = 0; d < hd; ++d) {
+            want += round(q[r * hd + d]) * round(k[c * hd + d]);
+            mag += std::fabs(round(q[r * hd + d]) * round(k[c * hd + d]));
+          }
+          worst_s = std::max(worst_s, std::fabs(gs[r * 64 + c] - want) / (mag + 1e-30));
+        }
+        for (int d = 0; d < hd; ++d) {
+          double want = 0.0, mag = 0.0;
+          for (int c = 0; c < 64; ++c) {
+            want += round(pm[r * 64 + c]) * round(v[c * hd + d]);
+            mag += std::fabs(round(pm[r * 64 + c]) * round(v[c * hd + d]));
+          }
+          worst_o = std::max(worst_o, std::fabs(go[r * hd + d] - want) / (mag + 1e-30));
+        }
+      }
+      // f32 accumulation of exact products: a few ulps of the sum of magnitudes.
+      EXPECT_LE(worst_s, 1e-5) << "S = Q K^T";
+      EXPECT_LE(worst_o, 1e-5) << "O = P V";
+    }
+  }
+}
+
+// The wide shape on wgmma (kernels/cuda/flash_wgmma.cuh) gives the mma.sync wide kernel's bits:
+// prefills of sequences of 1..2600 tokens (segments of 128, 256 and 512 keys, blocks whose rows
+// straddle 1024 and 2048 keys), GQA groups 1, 4 and 8, head dims 64 and 128, with and without a
+// sliding window; and a chunk at an offset (a prefix hit).
+TEST_F(CudaOpsTest, FlashWgmmaGivesTheMmaBits) {
+  const int64_t bs = 16;
+  for (const int64_t hd : {64, 128}) {
+    for (const int64_t group : {1, 4, 8}) {
+      for (const int64_t window : {0, 700}) {
+        SCOPED_TRACE("hd " + std::to_string(hd) + " group " + std::to_string(group) + " window " +
+                     std::to_string(window));
+        const int64_t kv_heads = 2, heads = kv_heads * group;
+        const std::vector<int64_t> prompt = {1, 37, 1000, 1030, 2060, 2600};
+        StepCase c;
+        MakeTables(prompt, bs, 7, &c);
+        const KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
+        auto cache = gpu_->CreateKVCache(shape);
+        const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), window};
+        const int64_t row = heads * hd;
+        std::vector<int64_t> zeros(prompt.size(), 0);
+        const StepDescription& step = BuildStep(&c, bs, zeros, prompt, 100);
+        const int64_t n = step.num_tokens();
+        const auto q = RandomVector(n * row, 51), k = RandomVector(n * kv_heads * hd, 52),
+                   v = RandomVector(n * kv_heads * hd, 53);
+        gpu_->BeginStep(step, *cache);
+        gpu_->WriteKV(*cache, 0, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
+        std::vector<std::vector<float>> outs;
+        for (const bool wgmma : {false, true}) {
+          cuda::SetFlashWgmma(wgmma ? cuda::FlashWgmma::kOn : cuda::FlashWgmma::kOff);
+          const TensorView og = arena_->Make(n, row);
+          gpu_->PagedAttention(*cache, 0, layer, arena_->Make(n, row, q), og);
+          outs.push_back(arena_->Read(og));
+        }
+        cuda::SetFlashWgmma(cuda::FlashWgmma::kAuto);
+        for (int64_t t = 0; t < n; ++t) {
+          ASSERT_EQ(std::memcmp(outs[0].data() + t * row, outs[1].data() + t * row, row * sizeof(float)), 0)
+              << "token " << t << " of " << n;
+        }
+        // Sequence 4's tokens [1500, 2060) as a chunk of their own (queries at an offset).
+        const int64_t at = step.query_start_loc[4] + 1500;  // before the builder is reset
+        c.builder.Reset(bs);
+        std::vector<int32_t> tokens(2060, 5);
+        c.builder.AddSequence(tokens, 1500, 560, c.tables[4]);
+        const StepDescription& chunk = c.builder.Finish();
+        const std::vector<float> qc(q.begin() + at * row, q.begin() + (at + 560) * row);
+        gpu_->BeginStep(chunk, *cache);
+        std::vector<std::vector<float>> chunks;
+        for (const bool wgmma : {false, true}) {
+          cuda::SetFlashWgmma(wgmma ? cuda::FlashWgmma::kOn : cuda::FlashWgmma::kOff);
+          const TensorView og = arena_->Make(560, row);
+          gpu_->PagedAttention(*cache, 0, layer, arena_->Make(560, row, qc), og);
+          chunks.push_back(arena_->Read(og));
+        }
+        cuda::SetFlashWgmma(cuda::FlashWgmma::kAuto);
+        EXPECT_EQ(std::memcmp(chunks[0].data(), chunks[1].data(), chunks[0].size() * sizeof(float)), 0) << "the chunk";
+        EXPECT_EQ(std::memcmp(chunks[0].data(), outs[0].data() + at * row, chunks[0].size() * sizeof(float)), 0)
+            << "the chunk against the same tokens in the whole prefill";
+      }
     }
   }
 }

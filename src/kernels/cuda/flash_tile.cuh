@@ -166,13 +166,27 @@ __device__ __forceinline__ void TileScores(const KFrag& kf, const uint32_t (&qf)
   }
 }
 
+// O's accumulators times each row's correction.
+template <int HD, bool kRows8 = false>
+__device__ __forceinline__ void RescaleO(State<HD>& st, const float (&corr)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < HD / 8; ++dt) {
+    st.acc[dt][0] = __fmul_rn(st.acc[dt][0], corr[0]);
+    st.acc[dt][1] = __fmul_rn(st.acc[dt][1], corr[0]);
+    if constexpr (!kRows8) {
+      st.acc[dt][2] = __fmul_rn(st.acc[dt][2], corr[1]);
+      st.acc[dt][3] = __fmul_rn(st.acc[dt][3], corr[1]);
+    }
+  }
+}
+
 // The online softmax of a tile's scores `s` (TileScores' layout; the keys from absolute key
-// `tile_start`): s = P = 2^(S - m), the state's max and sum updated and O rescaled. `mask`: some
-// row of the warp has keys of this tile outside its window. `kf` scales a quantized K's rows.
-template <int HD, bool kRows8 = false, class KFrag>
+// `tile_start`): s = P = 2^(S - m), the state's max and sum updated and (kRescaleO) O rescaled;
+// `corr` gets each row's correction. `mask`: some row of the warp has keys of this tile outside
+// its window. `kf` scales a quantized K's rows.
+template <int HD, bool kRows8 = false, bool kRescaleO = true, class KFrag>
 __device__ __forceinline__ void TileSoftmax(const KFrag& kf, int tile_start, const Rows& rows, float scale_log2,
-                                            bool mask, State<HD>& st, float (&s)[8][4]) {
-  using Geo = Geometry<HD>;
+                                            bool mask, State<HD>& st, float (&s)[8][4], float (&corr)[2]) {
   const int lane = threadIdx.x & 31, q = lane & 3;
   constexpr int kI = kRows8 ? 2 : 4, kH = kRows8 ? 1 : 2;  // kRows8: rows 8-15 (h = 1) are padding
   // Scores (a quantized K's row scales first), masked; the rows' new maxima in the log2 domain:
@@ -192,7 +206,8 @@ __device__ __forceinline__ void TileSoftmax(const KFrag& kf, int tile_start, con
       mx[h] = fmaxf(mx[h], v);
     }
   }
-  float corr[2], base[2];
+  float base[2];
+  corr[0] = corr[1] = 1.0f;
 #pragma unroll
   for (int h = 0; h < kH; ++h) {
     const float m_old = st.m[h];
@@ -216,15 +231,7 @@ __device__ __forceinline__ void TileSoftmax(const KFrag& kf, int tile_start, con
   }
 #pragma unroll
   for (int h = 0; h < kH; ++h) st.l[h] = __fadd_rn(__fmul_rn(st.l[h], corr[h]), sum[h]);
-#pragma unroll
-  for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-    st.acc[dt][0] = __fmul_rn(st.acc[dt][0], corr[0]);
-    st.acc[dt][1] = __fmul_rn(st.acc[dt][1], corr[0]);
-    if constexpr (!kRows8) {
-      st.acc[dt][2] = __fmul_rn(st.acc[dt][2], corr[1]);
-      st.acc[dt][3] = __fmul_rn(st.acc[dt][3], corr[1]);
-    }
-  }
+  if constexpr (kRescaleO) RescaleO<HD, kRows8>(st, corr);
 }
 
 // The first half of a tile: its scores and their softmax.
@@ -233,7 +240,8 @@ __device__ __forceinline__ void ScoreTileFrom(const KFrag& kf, int tile_start, c
                                               const Rows& rows, float scale_log2, bool mask, State<HD>& st,
                                               float (&s)[8][4]) {
   TileScores<T, HD, kRows8>(kf, qf, s);
-  TileSoftmax<HD, kRows8>(kf, tile_start, rows, scale_log2, mask, st, s);
+  float corr[2];
+  TileSoftmax<HD, kRows8>(kf, tile_start, rows, scale_log2, mask, st, s, corr);
 }
 
 // The same from K rows of a 16-bit tile.
