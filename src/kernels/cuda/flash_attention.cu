@@ -44,6 +44,29 @@ __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int po
   return p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? static_cast<int>(pos - p.sliding_window + 1) : 0;
 }
 
+// The rows of thread (g = lane / 4) in a warp serving tokens [w_begin, w_end): row r = g + 8h is
+// head r % group of token w_begin + r / group; out_rows (token * num_heads + head) for valid ones.
+__device__ __forceinline__ void WarpRows(const KernelArgs& a, int w_begin, int w_end, int kvh, int g, Rows& rows,
+                                         int64_t (&out_rows)[2]) {
+  const PagedAttentionParams& p = a.p;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h, i = r / a.group, tok = w_begin + i;
+    rows.valid[h] = i < a.tokens_per_warp && tok < w_end;
+    if (rows.valid[h]) {
+      rows.pos[h] = p.positions[tok];
+      rows.first[h] = WindowStart(p, rows.pos[h]);
+      rows.seg[h] = static_cast<int>(FlashSegmentKeys(rows.first[h], rows.pos[h]));
+      out_rows[h] = static_cast<int64_t>(tok) * p.num_heads + static_cast<int64_t>(kvh) * a.group + r % a.group;
+    } else {
+      rows.pos[h] = -1;
+      rows.first[h] = 0;
+      rows.seg[h] = kFlashSegmentUnit;
+      out_rows[h] = 0;
+    }
+  }
+}
+
 // kWarps warps serve tokens of one sequence for one KV head (blockIdx.y). kSplit: one token,
 // segment blockIdx.z of it, the state written to `partial` (or the output when the token has
 // one segment); otherwise every segment, merged as the walk goes.
@@ -86,7 +109,6 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   const PagedAttentionParams& p = a.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int kvh = blockIdx.y;
-  const int group = a.group;
 
   int t_begin = blockIdx.x, t_end = blockIdx.x + 1;
   if (!kSplit && a.items != nullptr) {
@@ -97,28 +119,11 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   const int w_begin = min(t_end, t_begin + warp * a.tokens_per_warp);
   const int w_end = min(t_end, w_begin + a.tokens_per_warp);
 
-  // The thread's rows: row r is head r % group of token w_begin + r / group.
   Rows rows;
-  const float* q_rows[2];
-  int64_t out_rows[2];  // (token * num_heads + head)
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = g + 8 * h, i = r / group, tok = w_begin + i;
-    rows.valid[h] = i < a.tokens_per_warp && tok < w_end;
-    if (rows.valid[h]) {
-      rows.pos[h] = p.positions[tok];
-      rows.first[h] = WindowStart(p, rows.pos[h]);
-      rows.seg[h] = static_cast<int>(FlashSegmentKeys(rows.first[h], rows.pos[h]));
-      out_rows[h] = static_cast<int64_t>(tok) * p.num_heads + static_cast<int64_t>(kvh) * group + r % group;
-      q_rows[h] = p.q + out_rows[h] * HD;
-    } else {
-      rows.pos[h] = -1;
-      rows.first[h] = 0;
-      rows.seg[h] = kFlashSegmentUnit;
-      out_rows[h] = 0;
-      q_rows[h] = nullptr;
-    }
-  }
+  int64_t out_rows[2];
+  WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
+  const float* q_rows[2] = {rows.valid[0] ? p.q + out_rows[0] * HD : nullptr,
+                            rows.valid[1] ? p.q + out_rows[1] * HD : nullptr};
   // The warp's keys [w_lo, w_hi] and the keys every row of it sees [w_all_lo, w_all_hi].
   int w_lo = INT_MAX, w_hi = -1, w_all_lo = 0, w_all_hi = INT_MAX;
 #pragma unroll
@@ -514,22 +519,7 @@ __global__ void __launch_bounds__(256, 2) FlashWgmmaKernel(KernelArgs a) {
   const int w_end = min(t_end, w_begin + a.tokens_per_warp);
   Rows rows;
   int64_t out_rows[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = g + 8 * h, i = r / group, tok = w_begin + i;
-    rows.valid[h] = i < a.tokens_per_warp && tok < w_end;
-    if (rows.valid[h]) {
-      rows.pos[h] = p.positions[tok];
-      rows.first[h] = WindowStart(p, rows.pos[h]);
-      rows.seg[h] = static_cast<int>(FlashSegmentKeys(rows.first[h], rows.pos[h]));
-      out_rows[h] = static_cast<int64_t>(tok) * p.num_heads + static_cast<int64_t>(kvh) * group + r % group;
-    } else {
-      rows.pos[h] = -1;
-      rows.first[h] = 0;
-      rows.seg[h] = kFlashSegmentUnit;
-      out_rows[h] = 0;
-    }
-  }
+  WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
   int w_lo = INT_MAX, w_hi = -1;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
