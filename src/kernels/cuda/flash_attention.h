@@ -82,7 +82,7 @@ int64_t FlashTokensPerItem(int64_t group);
 // runs of at most `tokens_per_item` tokens, the longest-context runs first.
 std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, int64_t tokens_per_item);
 
-// The wide shape on Hopper warpgroup products (flash_wgmma.cuh) for bf16/f16 caches: the same
+// The wide shape on Hopper warpgroup products (flash_wgmma.cu) for bf16/f16 caches: the same
 // bits as the mma.sync wide kernel, faster once rows are long (H200, causal prefill d128: 0.93x
 // at 1K tokens, 1.28x at 4K, 1.32x at 16K). kAuto takes it for steps whose longest row has at
 // least kFlashWgmmaMinKeys keys; PAGODA_FLASH_WGMMA=0 or 1 sets kOff or kOn at start.

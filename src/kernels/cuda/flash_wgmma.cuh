@@ -1,5 +1,5 @@
 // FlashAttention's wide (prefill) shape on Hopper warpgroup products, FlashAttention-3's
-// structure. Included by flash_attention.cu, which owns KernelArgs and WindowStart.
+// structure. Included by flash_wgmma.cu (its kernel and launch).
 //
 // A block serves the same 64 query rows as the mma.sync wide kernel (four warps of 16 rows, a
 // FlashWorkItem) with two warpgroups:

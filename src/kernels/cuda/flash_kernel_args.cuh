@@ -1,0 +1,64 @@
+// What FlashAttention's kernels (flash_attention.cu's mma.sync kernel, flash_wgmma.cu's
+// warpgroup kernel) share: their arguments, a row's window start and a warp's rows; and the
+// wgmma shape's launch, which flash_attention.cu's launcher calls.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/flash_tile.cuh"
+#include "kernels/params/attention_params.h"
+
+namespace pagoda::cuda::flash {
+
+struct KernelArgs {
+  PagedAttentionParams p;
+  const FlashWorkItem* items;  // wide shape; null: one token per block
+  float* partial;              // split shape: [token][head][segment] rows of HD, then (m, l) pairs
+  __nv_bfloat16* out_bf16;     // the output rounded to bf16 too (the o GEMM's input), or null
+  float scale_log2;
+  int group;
+  int tokens_per_warp;
+  int k_row_bytes, v_row_bytes;  // a (token, KV head) row of the cache
+  int k_scale_group, v_scale_group;  // int8, int4: values per scale
+  float v_global;                    // nvfp4: V's tensor scale (1 when the format's is 0)
+};
+
+__device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int pos) {
+  return p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? static_cast<int>(pos - p.sliding_window + 1) : 0;
+}
+
+// The rows of thread (g = lane / 4) in a warp serving tokens [w_begin, w_end): row r = g + 8h is
+// head r % group of token w_begin + r / group; out_rows (token * num_heads + head) for valid ones.
+__device__ __forceinline__ void WarpRows(const KernelArgs& a, int w_begin, int w_end, int kvh, int g, Rows& rows,
+                                         int64_t (&out_rows)[2]) {
+  const PagedAttentionParams& p = a.p;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h, i = r / a.group, tok = w_begin + i;
+    rows.valid[h] = i < a.tokens_per_warp && tok < w_end;
+    if (rows.valid[h]) {
+      rows.pos[h] = p.positions[tok];
+      rows.first[h] = WindowStart(p, rows.pos[h]);
+      rows.seg[h] = static_cast<int>(FlashSegmentKeys(rows.first[h], rows.pos[h]));
+      out_rows[h] = static_cast<int64_t>(tok) * p.num_heads + static_cast<int64_t>(kvh) * a.group + r % a.group;
+    } else {
+      rows.pos[h] = -1;
+      rows.first[h] = 0;
+      rows.seg[h] = kFlashSegmentUnit;
+      out_rows[h] = 0;
+    }
+  }
+}
+
+// The wide shape on warpgroup products (flash_wgmma.cu) for T = __nv_bfloat16 or __half and
+// head dims 64 and 128: whether a step whose longest row has `max_keys` keys takes it
+// (SetFlashWgmma's mode), and its launch over `grid` (work items x KV heads).
+bool FlashWgmmaOn(int64_t max_keys);
+template <typename T, int HD>
+void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl);
+
+}  // namespace pagoda::cuda::flash

@@ -1,0 +1,452 @@
+// FlashAttention's wide (prefill) shape on Hopper warpgroup products: FlashWgmmaKernel (the
+// structure in flash_wgmma.cuh), its launch and mode, and a test kernel of its products.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/flash_kernel_args.cuh"
+#include "kernels/cuda/flash_tile.cuh"
+#include "kernels/cuda/flash_wgmma.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/smem_limit.cuh"
+
+namespace pagoda::cuda {
+namespace flash {
+namespace {
+
+// Keeps the compiler from moving reads or writes of registers that an in-flight wgmma uses
+// across this point.
+template <int N>
+__device__ __forceinline__ void FenceOperands(float* r) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// The wide shape on Hopper warpgroup products (flash_wgmma.cuh): bf16/f16 caches, the same
+// work items, rows, tiles, segments and roundings as FlashAttentionKernel<T, HD, 4, ...>.
+template <typename T, int HD>
+__global__ void __launch_bounds__(256, 2) FlashWgmmaKernel(KernelArgs a) {
+  using Geo = Geometry<HD>;
+  using WG = WgGeometry<HD>;
+  constexpr int kChunks = HD * 2 / 16;
+  constexpr int kStages = WG::kStages;
+  // 16-byte aligned (a 1024-byte alignment here would pad the static shared memory to 1024 bytes
+  // and leave two blocks no room); the tiles start at the next 1024-byte boundary.
+  extern __shared__ __align__(16) uint8_t wg_dynamic_smem[];
+  const uint32_t pad = (1024 - (SmemAddr(wg_dynamic_smem) & 1023)) & 1023;
+  uint8_t* smem = wg_dynamic_smem + pad;
+  uint8_t* small = pad >= WG::kSmallBytes ? smem - WG::kSmallBytes : smem + WG::kTilesBytes;
+  const uint32_t base = SmemAddr(smem);
+  const uint32_t q_tile = base + WG::kQOffset;
+  auto k_tile = [&](int stage) { return base + WG::kKOffset + stage * WG::kTileBytes; };
+  auto v_tile = [&](int stage) { return base + WG::kVOffset + stage * WG::kTileBytes; };
+  // Barrier b of stage s: b = 0 K full, 1 V full, 2 K empty, 3 V empty.
+  auto bar = [&](int b, int stage) { return SmemAddr(small) + (b * kStages + stage) * 8; };
+  const PagedAttentionParams& p = a.p;
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
+  const int kvh = blockIdx.y;
+  const int group = a.group;
+  const FlashWorkItem item = a.items[blockIdx.x];
+  const int t_begin = item.first_token, t_end = item.first_token + item.num_tokens;
+
+  // The consumer thread's rows, as the wide kernel's warp `warp` holds them.
+  const int w_begin = min(t_end, t_begin + warp * a.tokens_per_warp);
+  const int w_end = min(t_end, w_begin + a.tokens_per_warp);
+  Rows rows;
+  int64_t out_rows[2];
+  WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
+  int w_lo = INT_MAX, w_hi = -1;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rows.valid[h]) {
+      w_lo = min(w_lo, rows.first[h]);
+      w_hi = max(w_hi, rows.pos[h]);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    w_lo = min(w_lo, __shfl_xor_sync(0xffffffffu, w_lo, o));
+    w_hi = max(w_hi, __shfl_xor_sync(0xffffffffu, w_hi, o));
+  }
+  int (*range_s)[4] = reinterpret_cast<int (*)[4]>(small + WG::kBarriers * 8);
+  if (wg == 0 && lane == 0) {
+    range_s[0][warp] = w_lo;
+    range_s[1][warp] = w_hi;
+  }
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      MbarrierInit(bar(0, s), 128);  // every producer thread's copies of K
+      MbarrierInit(bar(1, s), 128);  // and of V
+      MbarrierInit(bar(2, s), 4);    // every consumer warp done with K
+      MbarrierInit(bar(3, s), 4);    // and with V
+    }
+  }
+  __syncthreads();
+  GridDependencyWait();  // as FlashAttentionKernel: every block, before Q and K/V (a no-op without pdl)
+  int lo = INT_MAX, hi = -1;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    lo = min(lo, range_s[0][w]);
+    hi = max(hi, range_s[1][w]);
+  }
+  if (hi < 0) return;
+  const int tile_lo = lo / kKeyTile, tile_hi = hi / kKeyTile;
+
+  if (wg == 1) {
+    // The producer: K of tile n, then V of tile n - 1, each into its ring as soon as the
+    // consumers are done with the stage it replaces. K runs a tile ahead of V because the
+    // consumers score tile n + 1 while they multiply tile n's P by its V.
+    SetMaxRegistersDec<40>();
+    constexpr int kRowStep = 128 / kChunks, kPer = kKeyTile / kRowStep;  // a thread's rows a tile
+    const int ptid = tid - 128, c = ptid % kChunks, r0 = ptid / kChunks;
+    const int32_t* table = p.block_tables[t_begin];
+    const int bs_shift = __ffs(static_cast<int>(p.block_size)) - 1;
+    const int bs_mask = static_cast<int>(p.block_size) - 1;
+    const int64_t slot_bytes = p.num_kv_heads * HD * 2;
+    const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(kvh) * HD * 2 + c * 16;
+    const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(kvh) * HD * 2 + c * 16;
+    static_assert(kRowStep % 8 == 0, "a thread's rows share their swizzle");
+    const uint32_t chunk0 = WgChunk(r0, c);
+    auto copy = [&](uint32_t tile, const char* src, int j) {
+      int slot[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {  // the block table first, so its reads overlap
+        const int key = j * kKeyTile + r0 + i * kRowStep;
+        slot[i] = key >= lo && key <= hi ? table[key >> bs_shift] * static_cast<int>(p.block_size) + (key & bs_mask) : -1;
+      }
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        CpAsync16(tile + chunk0 + i * kRowStep * 128, src + static_cast<int64_t>(max(slot[i], 0)) * slot_bytes,
+                  slot[i] >= 0);
+      }
+    };
+    for (int j = tile_lo, n = 0; j <= tile_hi + 1; ++j, ++n) {
+      if (j <= tile_hi) {
+        const int stage = n % kStages;
+        if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
+        copy(k_tile(stage), k_base, j);
+        CpAsyncArriveOn(bar(0, stage));
+      }
+      if (n >= 1) {
+        const int m = n - 1, stage = m % kStages;
+        if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
+        copy(v_tile(stage), v_base, j - 1);
+        CpAsyncArriveOn(bar(1, stage));
+      }
+    }
+    CpAsyncWait<0>();
+    return;
+  }
+
+  // The consumers.
+  SetMaxRegistersInc<216>();
+  {
+    // Q rounded to T into its swizzled tile (row R is warp R / 16's row R % 16), every read
+    // issued before the first store.
+    constexpr int kPer = 64 * (HD / 2) / 128;
+    float2 qv[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = tid + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
+      const int w = row >> 4, r = row & 15, ti = r / group;
+      const int wb = min(t_end, t_begin + w * a.tokens_per_warp), tok = wb + ti;
+      qv[k] = make_float2(0.0f, 0.0f);
+      if (ti < a.tokens_per_warp && tok < min(t_end, wb + a.tokens_per_warp)) {
+        const int64_t out_row = static_cast<int64_t>(tok) * p.num_heads + static_cast<int64_t>(kvh) * group + r % group;
+        qv[k] = *reinterpret_cast<const float2*>(p.q + out_row * HD + d);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = tid + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
+      *reinterpret_cast<uint32_t*>(smem + WG::kQOffset + WgChunk(row, d >> 3) + (d & 7) * 2) =
+          PackPair<T>(qv[k].x, qv[k].y);
+    }
+  }
+  FenceProxyAsyncShared();
+  asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the consumers only
+
+  State<HD> st;
+  st.Reset(0);
+  st.Reset(1);
+  float M[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
+  bool merged[2] = {false, false};
+  float* o_s = reinterpret_cast<float*>(smem + WG::kOOffset) + tid;
+  // Rows `now` merge their segment (running max m, this thread's part of the sum l, O in the
+  // accumulators) into the result and start the next with O = 0.
+  auto flush = [&](const bool (&now)[2], const float (&m)[2], const float (&l)[2]) {
+    const float l_total[2] = {QuadSum(l[0]), QuadSum(l[1])};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (!now[h]) continue;
+      if (rows.valid[h] && m[h] != -INFINITY) {
+        if (!merged[h]) {
+          M[h] = m[h];
+          L[h] = l_total[h];
+#pragma unroll
+          for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+            o_s[(dt * 4 + 2 * h) * 128] = st.acc[dt][2 * h];
+            o_s[(dt * 4 + 2 * h + 1) * 128] = st.acc[dt][2 * h + 1];
+          }
+          merged[h] = true;
+        } else {
+          const MergeScales sc = ScalesFor(M[h], m[h]);
+#pragma unroll
+          for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+              float& o = o_s[(dt * 4 + 2 * h + jj) * 128];
+              o = Blend(o, st.acc[dt][2 * h + jj], sc);
+            }
+          }
+          L[h] = Blend(L[h], l_total[h], sc);
+          M[h] = sc.m;
+        }
+      }
+#pragma unroll
+      for (int dt = 0; dt < Geo::kDTiles; ++dt) st.acc[dt][2 * h] = st.acc[dt][2 * h + 1] = 0.0f;
+    }
+  };
+  auto mask_of = [&](int j) {
+    const int start = j * kKeyTile;
+    bool inside = true;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (rows.valid[h]) inside = inside && start >= rows.first[h] && start + kKeyTile - 1 <= rows.pos[h];
+    }
+    return __any_sync(0xffffffffu, !inside);
+  };
+  float s[8][4];
+  float* s_flat = &s[0][0];
+  float* o_flat = &st.acc[0][0];
+  // The tiles' descriptors, once: a stage or k-step moves the start address field only.
+  const uint64_t q_desc = KMajorAt(q_tile, 0), k_desc = KMajorAt(k_tile(0), 0);
+  const uint64_t v_desc = VAt(v_tile(0), 0);
+  constexpr uint64_t kStageStep = WG::kTileBytes >> 4;
+  auto issue_scores = [&](int stage) {
+    FenceOperands<32>(s_flat);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      WgmmaSS<64, T>(s_flat, q_desc + KMajorStep(kk), k_desc + stage * kStageStep + KMajorStep(kk), kk > 0 ? 1 : 0);
+    }
+    WgmmaCommit();
+  };
+  uint32_t pf[4][4];
+  auto issue_values = [&](int stage) {
+    FenceOperands<HD / 2>(o_flat);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+      WgmmaRSTransB<HD, T>(o_flat, pf[kk], v_desc + stage * kStageStep + VStep(kk));
+    }
+    WgmmaCommit();
+  };
+  auto release = [&](uint32_t barrier) {
+    __syncwarp();
+    if (lane == 0) MbarrierArrive(barrier);
+  };
+  const TileK<HD> no_scale{nullptr};  // Scale() is the identity for 16-bit caches
+
+  MbarrierWait(bar(0, 0), 0);
+  FenceProxyAsyncShared();
+  issue_scores(0);
+  WgmmaWait<0>();
+  FenceOperands<32>(s_flat);
+  release(bar(2, 0));
+  {
+    float corr[2];
+    TileSoftmax<HD>(no_scale, tile_lo * kKeyTile, rows, a.scale_log2, mask_of(tile_lo), st, s, corr);
+  }
+  // P of tile j as the second product's A fragments (16 keys a k-step).
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pf[kk][0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
+      pf[kk][1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
+      pf[kk][2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pf[kk][3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+  };
+  // Every tile but the last: one straight path, so that ptxas sees which group each wait
+  // retires (a path that may or may not have issued S would make it serialize the products).
+  int n = 0;
+  for (int j = tile_lo; j < tile_hi; ++j, ++n) {
+    pack_p();
+    const int stage = n % kStages, next = (n + 1) % kStages;
+    MbarrierWait(bar(0, next), ((n + 1) / kStages) & 1);
+    FenceProxyAsyncShared();
+    issue_scores(next);
+    MbarrierWait(bar(1, stage), (n / kStages) & 1);
+    FenceProxyAsyncShared();
+    issue_values(stage);
+    // Tile j + 1's softmax while tile j's P V runs. A row whose segment ends after tile j
+    // starts the next from a fresh state; its old one merges once P V is done. The others'
+    // O is rescaled then.
+    WgmmaWait<1>();
+    FenceOperands<32>(s_flat);
+    release(bar(2, next));
+    const int end = (j + 1) * kKeyTile;
+    const bool unit = end % kFlashSegmentUnit == 0;
+    const bool now[2] = {unit && end % rows.seg[0] == 0, unit && end % rows.seg[1] == 0};
+    const float m_old[2] = {st.m[0], st.m[1]}, l_old[2] = {st.l[0], st.l[1]};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (now[h]) {
+        st.m[h] = -INFINITY;
+        st.l[h] = 0.0f;
+      }
+    }
+    float corr[2];
+    TileSoftmax<HD, false, false>(no_scale, end, rows, a.scale_log2, mask_of(j + 1), st, s, corr);
+    WgmmaWait<0>();
+    FenceOperands<HD / 2>(o_flat);
+    release(bar(3, stage));
+    if (__any_sync(0xffffffffu, now[0] || now[1])) flush(now, m_old, l_old);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) corr[h] = now[h] ? 1.0f : corr[h];
+    // x * 1 is x: the warp skips the products when no row's maximum moved.
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) RescaleO<HD>(st, corr);
+  }
+  pack_p();
+  MbarrierWait(bar(1, n % kStages), (n / kStages) & 1);
+  FenceProxyAsyncShared();
+  issue_values(n % kStages);
+  WgmmaWait<0>();
+  FenceOperands<HD / 2>(o_flat);
+  const bool all[2] = {true, true};
+  flush(all, st.m, st.l);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!rows.valid[h]) continue;
+    float* out = p.out + out_rows[h] * HD;
+    __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
+#pragma unroll
+    for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+      const float v0 = __fdiv_rn(o_s[(dt * 4 + 2 * h) * 128], L[h]);
+      const float v1 = __fdiv_rn(o_s[(dt * 4 + 2 * h + 1) * 128], L[h]);
+      StorePair<false>(out, dt, q, v0, v1);
+      StorePairBf16<false>(out_b, dt, q, v0, v1);
+    }
+  }
+}
+
+// For a test of the building blocks: one warpgroup computes S = Q K^T (64 rows x
+// 64 keys) by SS-wgmma and O = P V (64 rows x HD) by RS-wgmma from the swizzled tiles
+// flash_wgmma.cuh lays out, the inputs rounded to T.
+template <typename T, int HD>
+__global__ void __launch_bounds__(128) WgmmaTileProductsKernel(const float* q, const float* k, const float* v,
+                                                                const float* pm, float* s_out, float* o_out) {
+  extern __shared__ __align__(16) uint8_t wg_test_smem[];
+  uint8_t* smem = wg_test_smem + ((1024 - (SmemAddr(wg_test_smem) & 1023)) & 1023);
+  constexpr int kTile = WgGeometry<HD>::kTileBytes;
+  const uint32_t base = SmemAddr(smem), q_tile = base, k_tile = base + kTile, v_tile = base + 2 * kTile;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, qd = lane & 3;
+  for (int i = tid; i < 64 * (HD / 2); i += 128) {
+    const int r = i / (HD / 2), d = 2 * (i % (HD / 2));
+    const uint32_t at = WgChunk(r, d >> 3) + (d & 7) * 2;
+    *reinterpret_cast<uint32_t*>(smem + at) = PackPair<T>(q[r * HD + d], q[r * HD + d + 1]);
+    *reinterpret_cast<uint32_t*>(smem + kTile + at) = PackPair<T>(k[r * HD + d], k[r * HD + d + 1]);
+    *reinterpret_cast<uint32_t*>(smem + 2 * kTile + at) = PackPair<T>(v[r * HD + d], v[r * HD + d + 1]);
+  }
+  FenceProxyAsyncShared();
+  __syncthreads();
+  float s[32];
+  FenceOperands<32>(s);
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) WgmmaSS<64, T>(s, KMajorAt(q_tile, kk), KMajorAt(k_tile, kk), kk > 0 ? 1 : 0);
+  WgmmaCommit();
+  WgmmaWait<0>();
+  FenceOperands<32>(s);
+  // d[4j + e]: row 16 warp + g + 8 (e / 2), column 8j + 2 qd + e % 2.
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s_out[(16 * warp + g + 8 * (e >> 1)) * 64 + 8 * j + 2 * qd + (e & 1)] = s[4 * j + e];
+  uint32_t pf[4][4];
+  const int r0 = 16 * warp + g, r1 = r0 + 8;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const int c = 16 * kk + 2 * qd;
+    pf[kk][0] = PackPair<T>(pm[r0 * 64 + c], pm[r0 * 64 + c + 1]);
+    pf[kk][1] = PackPair<T>(pm[r1 * 64 + c], pm[r1 * 64 + c + 1]);
+    pf[kk][2] = PackPair<T>(pm[r0 * 64 + c + 8], pm[r0 * 64 + c + 9]);
+    pf[kk][3] = PackPair<T>(pm[r1 * 64 + c + 8], pm[r1 * 64 + c + 9]);
+  }
+  float o[HD / 2];
+#pragma unroll
+  for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
+  FenceOperands<HD / 2>(o);
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) WgmmaRSTransB<HD, T>(o, pf[kk], VAt(v_tile, kk));
+  WgmmaCommit();
+  WgmmaWait<0>();
+  FenceOperands<HD / 2>(o);
+#pragma unroll
+  for (int j = 0; j < HD / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o_out[(16 * warp + g + 8 * (e >> 1)) * HD + 8 * j + 2 * qd + (e & 1)] = o[4 * j + e];
+}
+
+// The split shape's merge: a token's segment states in order, as the walking shapes merge them.
+FlashWgmma flash_wgmma_mode = [] {
+  const char* e = std::getenv("PAGODA_FLASH_WGMMA");
+  const std::string v = e != nullptr ? e : "";
+  return v == "1" ? FlashWgmma::kOn : v == "0" ? FlashWgmma::kOff : FlashWgmma::kAuto;
+}();
+
+}  // namespace
+
+bool FlashWgmmaOn(int64_t max_keys) {
+  return flash_wgmma_mode == FlashWgmma::kOn ||
+         (flash_wgmma_mode == FlashWgmma::kAuto && max_keys >= kFlashWgmmaMinKeys);
+}
+
+template <typename T, int HD>
+void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl) {
+  constexpr int kSmem = WgGeometry<HD>::kSmemBytes;
+  static uint32_t devices_done = 0;
+  if (devices_done == 0) {  // two blocks an SM need the whole 228 KB
+    PAGODA_CUDA_CHECK(cudaFuncSetAttribute(FlashWgmmaKernel<T, HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
+  }
+  AllowSmem(FlashWgmmaKernel<T, HD>, kSmem, &devices_done);
+  LaunchDependent(FlashWgmmaKernel<T, HD>, grid, dim3(256), kSmem, stream, pdl, a);
+}
+template void LaunchFlashWgmma<__nv_bfloat16, 64>(const KernelArgs&, dim3, cudaStream_t, bool);
+template void LaunchFlashWgmma<__nv_bfloat16, 128>(const KernelArgs&, dim3, cudaStream_t, bool);
+template void LaunchFlashWgmma<__half, 64>(const KernelArgs&, dim3, cudaStream_t, bool);
+template void LaunchFlashWgmma<__half, 128>(const KernelArgs&, dim3, cudaStream_t, bool);
+
+}  // namespace flash
+
+using namespace flash;
+
+void SetFlashWgmma(FlashWgmma mode) { flash::flash_wgmma_mode = mode; }
+
+void WgmmaTileProductsForTest(const float* q, const float* k, const float* v, const float* p, float* s, float* o,
+                              int head_dim, bool f16, cudaStream_t stream) {
+  auto run = [&]<typename T, int HD>() {
+    constexpr int kSmem = 3 * WgGeometry<HD>::kTileBytes + 1024;
+    static uint32_t devices_done = 0;
+    AllowSmem(WgmmaTileProductsKernel<T, HD>, kSmem, &devices_done);
+    WgmmaTileProductsKernel<T, HD><<<1, 128, kSmem, stream>>>(q, k, v, p, s, o);
+    PAGODA_CUDA_CHECK_LAUNCH("WgmmaTileProductsKernel");
+  };
+  PAGODA_CHECK(head_dim == 64 || head_dim == 128) << "WgmmaTileProductsForTest: head dim " << head_dim;
+  if (f16) {
+    head_dim == 128 ? run.template operator()<__half, 128>() : run.template operator()<__half, 64>();
+  } else {
+    head_dim == 128 ? run.template operator()<__nv_bfloat16, 128>() : run.template operator()<__nv_bfloat16, 64>();
+  }
+}
+
+}  // namespace pagoda::cuda
