@@ -33,7 +33,6 @@ namespace pagoda::cuda::flash {
 template <int HD>
 struct WgGeometry {
   static constexpr int kTileBytes = kKeyTile * HD * 2;  // K, V or Q: 64 rows
-  static constexpr int kBlockBytes = kKeyTile * 128;    // one 64-value column block
   static constexpr int kStages = 2;
   static constexpr int kConsumers = 128;
   static constexpr int kOBytes = kConsumers * (HD / 2) * 4;  // merged O: [value][consumer thread]
