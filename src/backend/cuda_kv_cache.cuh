@@ -30,6 +30,10 @@ class CudaKVCache : public KVCache {
       v_format_.push_back(f.v);
       k_.push_back(DeviceAlloc(k_block_bytes(l) * s.num_blocks));
       v_.push_back(DeviceAlloc(v_block_bytes(l) * s.num_blocks));
+      // Zeroed: the prefill kernel's bulk copies read whole paged blocks, slots no token has
+      // written yet included; their scores are masked, but a stale NaN in V would survive P = 0.
+      PAGODA_CUDA_CHECK(cudaMemset(k_.back().get(), 0, k_block_bytes(l) * s.num_blocks));
+      PAGODA_CUDA_CHECK(cudaMemset(v_.back().get(), 0, v_block_bytes(l) * s.num_blocks));
     }
   }
   const KVStorageShape& shape() const override { return shape_; }
