@@ -90,7 +90,7 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
     const cuda::FlashShape shape = cuda::ChooseFlashShape(q.rows, s.step->num_seqs());
     const cuda::FlashWorkItem* items = nullptr;
     if (shape == cuda::FlashShape::kWide) {
-      const int64_t per_item = cuda::FlashTokensPerItem(a.num_heads / a.num_kv_heads);
+      const int64_t per_item = cuda::FlashTokensPerItem(p, keys);
       if (s.flash_items_serial != s.step_serial || s.flash_items_per_item != per_item) {
         const std::vector<cuda::FlashWorkItem> list = cuda::FlashWorkItems(s.step->query_start_loc, per_item);
         s.flash_items.Upload(list.data(), static_cast<int64_t>(list.size()));

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -333,62 +334,60 @@ TEST_F(CudaOpsTest, WgmmaTileProductsMatchTheReference) {
 // The wide shape on wgmma (kernels/cuda/flash_wgmma.cuh) gives the mma.sync wide kernel's bits:
 // prefills of sequences of 1..2600 tokens (segments of 128, 256 and 512 keys, blocks whose rows
 // straddle 1024 and 2048 keys), GQA groups 1, 4 and 8, head dims 64 and 128, with and without a
-// sliding window; and a chunk at an offset (a prefix hit).
+// sliding window, with K/V by TMA (blocks of 16 slots) and by cp.async (4); and a chunk at an
+// offset (a prefix hit).
 TEST_F(CudaOpsTest, FlashWgmmaGivesTheMmaBits) {
-  const int64_t bs = 16;
-  for (const int64_t hd : {64, 128}) {
-    for (const int64_t group : {1, 4, 8}) {
-      for (const int64_t window : {0, 700}) {
-        SCOPED_TRACE("hd " + std::to_string(hd) + " group " + std::to_string(group) + " window " +
-                     std::to_string(window));
-        const int64_t kv_heads = 2, heads = kv_heads * group;
-        const std::vector<int64_t> prompt = {1, 37, 1000, 1030, 2060, 2600};
-        StepCase c;
-        MakeTables(prompt, bs, 7, &c);
-        const KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
-        auto cache = gpu_->CreateKVCache(shape);
-        const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), window};
-        const int64_t row = heads * hd;
-        std::vector<int64_t> zeros(prompt.size(), 0);
-        const StepDescription& step = BuildStep(&c, bs, zeros, prompt, 100);
-        const int64_t n = step.num_tokens();
-        const auto q = RandomVector(n * row, 51), k = RandomVector(n * kv_heads * hd, 52),
-                   v = RandomVector(n * kv_heads * hd, 53);
-        gpu_->BeginStep(step, *cache);
-        gpu_->WriteKV(*cache, 0, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
-        std::vector<std::vector<float>> outs;
-        for (const bool wgmma : {false, true}) {
-          cuda::SetFlashWgmma(wgmma ? cuda::FlashWgmma::kOn : cuda::FlashWgmma::kOff);
-          const TensorView og = arena_->Make(n, row);
-          gpu_->PagedAttention(*cache, 0, layer, arena_->Make(n, row, q), og);
-          outs.push_back(arena_->Read(og));
-        }
-        cuda::SetFlashWgmma(cuda::FlashWgmma::kAuto);
-        for (int64_t t = 0; t < n; ++t) {
-          ASSERT_EQ(std::memcmp(outs[0].data() + t * row, outs[1].data() + t * row, row * sizeof(float)), 0)
-              << "token " << t << " of " << n;
-        }
-        // Sequence 4's tokens [1500, 2060) as a chunk of their own (queries at an offset).
-        const int64_t at = step.query_start_loc[4] + 1500;  // before the builder is reset
-        c.builder.Reset(bs);
-        std::vector<int32_t> tokens(2060, 5);
-        c.builder.AddSequence(tokens, 1500, 560, c.tables[4]);
-        const StepDescription& chunk = c.builder.Finish();
-        const std::vector<float> qc(q.begin() + at * row, q.begin() + (at + 560) * row);
-        gpu_->BeginStep(chunk, *cache);
-        std::vector<std::vector<float>> chunks;
-        for (const bool wgmma : {false, true}) {
-          cuda::SetFlashWgmma(wgmma ? cuda::FlashWgmma::kOn : cuda::FlashWgmma::kOff);
-          const TensorView og = arena_->Make(560, row);
-          gpu_->PagedAttention(*cache, 0, layer, arena_->Make(560, row, qc), og);
-          chunks.push_back(arena_->Read(og));
-        }
-        cuda::SetFlashWgmma(cuda::FlashWgmma::kAuto);
-        EXPECT_EQ(std::memcmp(chunks[0].data(), chunks[1].data(), chunks[0].size() * sizeof(float)), 0) << "the chunk";
-        EXPECT_EQ(std::memcmp(chunks[0].data(), outs[0].data() + at * row, chunks[0].size() * sizeof(float)), 0)
-            << "the chunk against the same tokens in the whole prefill";
-      }
+  for (const auto& [hd, group, window, bs] : std::vector<std::array<int64_t, 4>>{
+       {64, 1, 0, 16}, {64, 4, 700, 16}, {64, 8, 0, 16}, {64, 4, 0, 4}, {128, 1, 0, 16}, {128, 1, 700, 16},
+       {128, 4, 0, 16}, {128, 4, 700, 16}, {128, 8, 0, 16}, {128, 8, 700, 4}, {128, 1, 0, 4}}) {
+    SCOPED_TRACE("hd " + std::to_string(hd) + " group " + std::to_string(group) + " window " +
+                 std::to_string(window) + " block size " + std::to_string(bs));
+    const int64_t kv_heads = 2, heads = kv_heads * group;
+    const std::vector<int64_t> prompt = {1, 37, 1000, 1030, 2060, 2600};
+    StepCase c;
+    MakeTables(prompt, bs, 7, &c);
+    const KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
+    auto cache = gpu_->CreateKVCache(shape);
+    const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), window};
+    const int64_t row = heads * hd;
+    std::vector<int64_t> zeros(prompt.size(), 0);
+    const StepDescription& step = BuildStep(&c, bs, zeros, prompt, 100);
+    const int64_t n = step.num_tokens();
+    const auto q = RandomVector(n * row, 51), k = RandomVector(n * kv_heads * hd, 52),
+               v = RandomVector(n * kv_heads * hd, 53);
+    gpu_->BeginStep(step, *cache);
+    gpu_->WriteKV(*cache, 0, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
+    std::vector<std::vector<float>> outs;
+    for (const bool wgmma : {false, true}) {
+      cuda::SetFlashWgmma(wgmma ? cuda::FlashWgmma::kOn : cuda::FlashWgmma::kOff);
+      const TensorView og = arena_->Make(n, row);
+      gpu_->PagedAttention(*cache, 0, layer, arena_->Make(n, row, q), og);
+      outs.push_back(arena_->Read(og));
     }
+    cuda::SetFlashWgmma(cuda::FlashWgmma::kAuto);
+    for (int64_t t = 0; t < n; ++t) {
+      ASSERT_EQ(std::memcmp(outs[0].data() + t * row, outs[1].data() + t * row, row * sizeof(float)), 0)
+          << "token " << t << " of " << n;
+    }
+    // Sequence 4's tokens [1500, 2060) as a chunk of their own (queries at an offset).
+    const int64_t at = step.query_start_loc[4] + 1500;  // before the builder is reset
+    c.builder.Reset(bs);
+    std::vector<int32_t> tokens(2060, 5);
+    c.builder.AddSequence(tokens, 1500, 560, c.tables[4]);
+    const StepDescription& chunk = c.builder.Finish();
+    const std::vector<float> qc(q.begin() + at * row, q.begin() + (at + 560) * row);
+    gpu_->BeginStep(chunk, *cache);
+    std::vector<std::vector<float>> chunks;
+    for (const bool wgmma : {false, true}) {
+      cuda::SetFlashWgmma(wgmma ? cuda::FlashWgmma::kOn : cuda::FlashWgmma::kOff);
+      const TensorView og = arena_->Make(560, row);
+      gpu_->PagedAttention(*cache, 0, layer, arena_->Make(560, row, qc), og);
+      chunks.push_back(arena_->Read(og));
+    }
+    cuda::SetFlashWgmma(cuda::FlashWgmma::kAuto);
+    EXPECT_EQ(std::memcmp(chunks[0].data(), chunks[1].data(), chunks[0].size() * sizeof(float)), 0) << "the chunk";
+    EXPECT_EQ(std::memcmp(chunks[0].data(), outs[0].data() + at * row, chunks[0].size() * sizeof(float)), 0)
+        << "the chunk against the same tokens in the whole prefill";
   }
 }
 

@@ -547,7 +547,7 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
     case FlashShape::kWide:
       a.items = items;
       if constexpr (std::is_same_v<KV, __nv_bfloat16> || std::is_same_v<KV, __half>) {
-        if (FlashWgmmaOn(max_keys)) {
+        if (WideOnWgmma(p, max_keys)) {
           LaunchFlashWgmma<KV, HD>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
           return;
         }
@@ -620,7 +620,10 @@ int FlashSplitDepth(int64_t max_keys) {
   return std::min(depth, kFlashMaxSegments);
 }
 
-int64_t FlashTokensPerItem(int64_t group) { return kWideWarps * (16 / std::max<int64_t>(group, 1)); }
+int64_t FlashTokensPerItem(const PagedAttentionParams& p, int64_t max_keys) {
+  const int64_t rows64 = kWideWarps * (16 / std::max<int64_t>(p.num_heads / std::max<int64_t>(p.num_kv_heads, 1), 1));
+  return WideOnWgmma(p, max_keys) ? rows64 * FlashWgmmaGroups(p.head_dim) : rows64;
+}
 
 std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, int64_t tokens_per_item) {
   std::vector<FlashWorkItem> items;

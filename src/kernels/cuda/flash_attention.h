@@ -76,18 +76,22 @@ __host__ __device__ inline int64_t FlashSegmentKeys(int64_t first, int64_t pos) 
 // segments, at most kFlashMaxSegments.
 int FlashSplitDepth(int64_t max_keys);
 
-// Tokens per wide work item for `group` query heads per KV head.
-int64_t FlashTokensPerItem(int64_t group);
+// Tokens per wide work item for p's step whose longest row has `max_keys` keys: 64 query rows
+// (16 / group tokens a warp, four warps), or 128 where the wgmma kernel serves the step with two
+// consumer warpgroups a block.
+int64_t FlashTokensPerItem(const PagedAttentionParams& p, int64_t max_keys);
 // The wide launch's items: every sequence (query_start_loc, as in StepDescription) cut into
 // runs of at most `tokens_per_item` tokens, the longest-context runs first.
 std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, int64_t tokens_per_item);
 
 // The wide shape on Hopper warpgroup products (flash_wgmma.cu) for bf16/f16 caches: the same
-// bits as the mma.sync wide kernel, faster once rows are long (H200, causal prefill d128: 0.93x
-// at 1K tokens, 1.28x at 4K, 1.32x at 16K). kAuto takes it for steps whose longest row has at
-// least kFlashWgmmaMinKeys keys; PAGODA_FLASH_WGMMA=0 or 1 sets kOff or kOn at start.
+// bits as the mma.sync wide kernel, faster once rows are long (causal prefill: H100 at 1K
+// tokens d128 1.21x, d64 0.91x; H200 at 4K / 16K d128 1.28x / 1.32x, d64 1.09x / 1.13x, before
+// its TMA copies and two-group blocks added 12% at d128 and 6% at d64). kAuto takes it for steps whose
+// longest row has at least FlashWgmmaMinKeys(head dim) keys; PAGODA_FLASH_WGMMA=0 or 1 sets kOff
+// or kOn at start.
 enum class FlashWgmma { kAuto, kOff, kOn };
-constexpr int64_t kFlashWgmmaMinKeys = 2048;
+constexpr int64_t FlashWgmmaMinKeys(int64_t head_dim) { return head_dim == 128 ? 1024 : 2048; }
 void SetFlashWgmma(FlashWgmma mode);
 // Its building blocks alone (a test): S = Q K^T [64 x 64] and O = P V [64 x head_dim] for one
 // tile, q/k/v [64, head_dim] and p [64, 64] f32 device rows rounded to bf16 (f16: f16).

@@ -57,7 +57,16 @@ __device__ __forceinline__ void WarpRows(const KernelArgs& a, int w_begin, int w
 // The wide shape on warpgroup products (flash_wgmma.cu) for T = __nv_bfloat16 or __half and
 // head dims 64 and 128: whether a step whose longest row has `max_keys` keys takes it
 // (SetFlashWgmma's mode), and its launch over `grid` (work items x KV heads).
-bool FlashWgmmaOn(int64_t max_keys);
+bool FlashWgmmaOn(int64_t max_keys, int64_t head_dim);
+// Consumer warpgroups (64 query rows each) a wgmma block at head dim hd: two at 128, where the
+// K/V tiles they share pay (H100, causal, 4K tokens: 271 against 261 TFLOP/s, 1K: 165 against
+// 125), one at 64, where they do not (172 against 176).
+constexpr int FlashWgmmaGroups(int64_t hd) { return hd == 128 ? 2 : 1; }
+// Whether the wide shape of p's step runs on the wgmma kernel (its work items are then
+// FlashWgmmaGroups(head dim) x 64 rows).
+inline bool WideOnWgmma(const PagedAttentionParams& p, int64_t max_keys) {
+  return p.k_format.quant == KVQuant::kNone && FlashWgmmaOn(max_keys, p.head_dim);
+}
 template <typename T, int HD>
 void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl);
 

@@ -15,6 +15,8 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/smem_limit.cuh"
+#include "kernels/cuda/tensor_map.h"
+#include "kernels/cuda/tma.cuh"
 
 namespace pagoda::cuda {
 namespace flash {
@@ -30,10 +32,15 @@ __device__ __forceinline__ void FenceOperands(float* r) {
 
 // The wide shape on Hopper warpgroup products (flash_wgmma.cuh): bf16/f16 caches, the same
 // work items, rows, tiles, segments and roundings as FlashAttentionKernel<T, HD, 4, ...>.
-template <typename T, int HD>
-__global__ void __launch_bounds__(256, 2) FlashWgmmaKernel(KernelArgs a) {
+// kTma: K and V tiles by TMA (k_map / v_map: the caches as [slots, kv heads x HD] in boxes of 64
+// values x min(block size, 64) rows; blocks outside the tile's key range zero-filled from a
+// negative row), else by cp.async.
+template <typename T, int HD, int kGroups, bool kTma>
+__global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 1 ? 2 : 1)
+    FlashWgmmaKernel(const __grid_constant__ KernelArgs a, const __grid_constant__ CUtensorMap k_map,
+                     const __grid_constant__ CUtensorMap v_map) {
   using Geo = Geometry<HD>;
-  using WG = WgGeometry<HD>;
+  using WG = WgGeometry<HD, kGroups>;
   constexpr int kChunks = HD * 2 / 16;
   constexpr int kStages = WG::kStages;
   // 16-byte aligned (a 1024-byte alignment here would pad the static shared memory to 1024 bytes
@@ -43,20 +50,21 @@ __global__ void __launch_bounds__(256, 2) FlashWgmmaKernel(KernelArgs a) {
   uint8_t* smem = wg_dynamic_smem + pad;
   uint8_t* small = pad >= WG::kSmallBytes ? smem - WG::kSmallBytes : smem + WG::kTilesBytes;
   const uint32_t base = SmemAddr(smem);
-  const uint32_t q_tile = base + WG::kQOffset;
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
+  const int cw = wg * 4 + warp;  // a consumer warp's index in the block
+  const uint32_t q_tile = base + WG::kQOffset + wg * WG::kTileBytes;
   auto k_tile = [&](int stage) { return base + WG::kKOffset + stage * WG::kTileBytes; };
   auto v_tile = [&](int stage) { return base + WG::kVOffset + stage * WG::kTileBytes; };
   // Barrier b of stage s: b = 0 K full, 1 V full, 2 K empty, 3 V empty.
   auto bar = [&](int b, int stage) { return SmemAddr(small) + (b * kStages + stage) * 8; };
   const PagedAttentionParams& p = a.p;
-  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
   const int kvh = blockIdx.y;
   const int group = a.group;
   const FlashWorkItem item = a.items[blockIdx.x];
   const int t_begin = item.first_token, t_end = item.first_token + item.num_tokens;
 
   // The consumer thread's rows, as the wide kernel's warp `warp` holds them.
-  const int w_begin = min(t_end, t_begin + warp * a.tokens_per_warp);
+  const int w_begin = min(t_end, t_begin + cw * a.tokens_per_warp);
   const int w_end = min(t_end, w_begin + a.tokens_per_warp);
   Rows rows;
   int64_t out_rows[2];
@@ -74,37 +82,87 @@ __global__ void __launch_bounds__(256, 2) FlashWgmmaKernel(KernelArgs a) {
     w_lo = min(w_lo, __shfl_xor_sync(0xffffffffu, w_lo, o));
     w_hi = max(w_hi, __shfl_xor_sync(0xffffffffu, w_hi, o));
   }
-  int (*range_s)[4] = reinterpret_cast<int (*)[4]>(small + WG::kBarriers * 8);
-  if (wg == 0 && lane == 0) {
-    range_s[0][warp] = w_lo;
-    range_s[1][warp] = w_hi;
+  int (*range_s)[4 * kGroups] = reinterpret_cast<int (*)[4 * kGroups]>(small + WG::kBarriers * 8);
+  if (wg < kGroups && lane == 0) {
+    range_s[0][cw] = w_lo;
+    range_s[1][cw] = w_hi;
   }
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      MbarrierInit(bar(0, s), 128);  // every producer thread's copies of K
-      MbarrierInit(bar(1, s), 128);  // and of V
-      MbarrierInit(bar(2, s), 4);    // every consumer warp done with K
-      MbarrierInit(bar(3, s), 4);    // and with V
+      MbarrierInit(bar(0, s), kTma ? 1 : 128);  // the producer's copies of K (TMA: one thread)
+      MbarrierInit(bar(1, s), kTma ? 1 : 128);  // and of V
+      MbarrierInit(bar(2, s), 4 * kGroups);     // every consumer warp done with K
+      MbarrierInit(bar(3, s), 4 * kGroups);     // and with V
     }
   }
   __syncthreads();
   GridDependencyWait();  // as FlashAttentionKernel: every block, before Q and K/V (a no-op without pdl)
   int lo = INT_MAX, hi = -1;
 #pragma unroll
-  for (int w = 0; w < 4; ++w) {
+  for (int w = 0; w < 4 * kGroups; ++w) {
     lo = min(lo, range_s[0][w]);
     hi = max(hi, range_s[1][w]);
   }
   if (hi < 0) return;
   const int tile_lo = lo / kKeyTile, tile_hi = hi / kKeyTile;
 
-  if (wg == 1) {
+  if (wg == kGroups) {
     // The producer: K of tile n, then V of tile n - 1, each into its ring as soon as the
     // consumers are done with the stage it replaces. K runs a tile ahead of V because the
     // consumers score tile n + 1 while they multiply tile n's P by its V.
-    SetMaxRegistersDec<40>();
+    SetMaxRegistersDec<WG::kProducerRegs>();
+    if constexpr (kTma) {
+      if (tid != 128 * kGroups) return;
+      const int32_t* table = p.block_tables[t_begin];
+      const int bs = static_cast<int>(p.block_size);
+      const int box = min(bs, kKeyTile), boxes = kKeyTile / box;  // rows a box, boxes a tile
+      const int bs_shift = __ffs(bs) - 1;
+      constexpr int kBoxes = kKeyTile / 8;  // at most
+      // Tile j's box rows (slot of its first key) from the block table; out of the range: a
+      // negative row, zeros.
+      auto rows_of = [&](int j, int (&row)[kBoxes]) {
+#pragma unroll
+        for (int i = 0; i < kBoxes; ++i) {
+          const int key0 = j * kKeyTile + i * box;
+          row[i] = i < boxes && key0 + box - 1 >= lo && key0 <= hi ? table[key0 >> bs_shift] * bs + (key0 & (bs - 1))
+                                                                 : -box;
+        }
+      };
+      auto load = [&](uint32_t tile, const CUtensorMap& map, const int (&row)[kBoxes], uint32_t barrier) {
+        MbarrierArriveExpectTx(barrier, WG::kTileBytes);
+#pragma unroll
+        for (int i = 0; i < kBoxes; ++i) {
+          if (i >= boxes) break;
+#pragma unroll
+          for (int h = 0; h < HD / 64; ++h) {
+            TmaLoad2D(tile + h * (kKeyTile * 128) + i * box * 128, map, kvh * HD + h * 64, row[i], barrier);
+          }
+        }
+      };
+      // Tile j's rows are read from the table before the wait for its stage, their latency hidden
+      // behind it (H100, causal d128 at 4K tokens: 256 TFLOP/s against 221 read after the wait),
+      // and serve its V a tile later.
+      int k_rows[kBoxes], v_rows[kBoxes];
+      rows_of(tile_lo, k_rows);
+      for (int j = tile_lo, n = 0; j <= tile_hi + 1; ++j, ++n) {
+        if (j <= tile_hi) {
+          const int stage = n % kStages;
+          if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
+          load(k_tile(stage), k_map, k_rows, bar(0, stage));
+        }
+        if (n >= 1) {
+          const int m = n - 1, stage = m % kStages;
+          if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
+          load(v_tile(stage), v_map, v_rows, bar(1, stage));
+        }
+#pragma unroll
+        for (int i = 0; i < kBoxes; ++i) v_rows[i] = k_rows[i];
+        if (j < tile_hi) rows_of(j + 1, k_rows);
+      }
+      return;
+    }
     constexpr int kRowStep = 128 / kChunks, kPer = kKeyTile / kRowStep;  // a thread's rows a tile
-    const int ptid = tid - 128, c = ptid % kChunks, r0 = ptid / kChunks;
+    const int ptid = tid - 128 * kGroups, c = ptid % kChunks, r0 = ptid / kChunks;
     const int32_t* table = p.block_tables[t_begin];
     const int bs_shift = __ffs(static_cast<int>(p.block_size)) - 1;
     const int bs_mask = static_cast<int>(p.block_size) - 1;
@@ -145,7 +203,7 @@ __global__ void __launch_bounds__(256, 2) FlashWgmmaKernel(KernelArgs a) {
   }
 
   // The consumers.
-  SetMaxRegistersInc<216>();
+  SetMaxRegistersInc<WG::kConsumerRegs>();
   {
     // Q rounded to T into its swizzled tile (row R is warp R / 16's row R % 16), every read
     // issued before the first store.
@@ -153,8 +211,8 @@ __global__ void __launch_bounds__(256, 2) FlashWgmmaKernel(KernelArgs a) {
     float2 qv[kPer];
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
-      const int i = tid + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
-      const int w = row >> 4, r = row & 15, ti = r / group;
+      const int i = (tid & 127) + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
+      const int w = wg * 4 + (row >> 4), r = row & 15, ti = r / group;
       const int wb = min(t_end, t_begin + w * a.tokens_per_warp), tok = wb + ti;
       qv[k] = make_float2(0.0f, 0.0f);
       if (ti < a.tokens_per_warp && tok < min(t_end, wb + a.tokens_per_warp)) {
@@ -164,20 +222,20 @@ __global__ void __launch_bounds__(256, 2) FlashWgmmaKernel(KernelArgs a) {
     }
 #pragma unroll
     for (int k = 0; k < kPer; ++k) {
-      const int i = tid + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
-      *reinterpret_cast<uint32_t*>(smem + WG::kQOffset + WgChunk(row, d >> 3) + (d & 7) * 2) =
+      const int i = (tid & 127) + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
+      *reinterpret_cast<uint32_t*>(smem + WG::kQOffset + wg * WG::kTileBytes + WgChunk(row, d >> 3) + (d & 7) * 2) =
           PackPair<T>(qv[k].x, qv[k].y);
     }
   }
   FenceProxyAsyncShared();
-  asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the consumers only
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's consumers only
 
   State<HD> st;
   st.Reset(0);
   st.Reset(1);
   float M[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
   bool merged[2] = {false, false};
-  float* o_s = reinterpret_cast<float*>(smem + WG::kOOffset) + tid;
+  float* o_s = reinterpret_cast<float*>(smem + WG::kOOffset) + wg * 128 * (HD / 2) + (tid & 127);
   // Rows `now` merge their segment (running max m, this thread's part of the sum l, O in the
   // accumulators) into the result and start the next with O = 0.
   auto flush = [&](const bool (&now)[2], const float (&m)[2], const float (&l)[2]) {
@@ -405,21 +463,34 @@ FlashWgmma flash_wgmma_mode = [] {
 
 }  // namespace
 
-bool FlashWgmmaOn(int64_t max_keys) {
+bool FlashWgmmaOn(int64_t max_keys, int64_t head_dim) {
   return flash_wgmma_mode == FlashWgmma::kOn ||
-         (flash_wgmma_mode == FlashWgmma::kAuto && max_keys >= kFlashWgmmaMinKeys);
+         (flash_wgmma_mode == FlashWgmma::kAuto && max_keys >= FlashWgmmaMinKeys(head_dim));
 }
 
 template <typename T, int HD>
 void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl) {
-  constexpr int kSmem = WgGeometry<HD>::kSmemBytes;
-  static uint32_t devices_done = 0;
-  if (devices_done == 0) {  // two blocks an SM need the whole 228 KB
-    PAGODA_CUDA_CHECK(cudaFuncSetAttribute(FlashWgmmaKernel<T, HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           cudaSharedmemCarveoutMaxShared));
+  // TMA boxes of at least 8 rows keep the 128-byte swizzle's 1024-byte pattern.
+  const bool tma = a.p.block_size >= 8;
+  CUtensorMap k_map = {}, v_map = {};
+  if (tma) {
+    const int64_t cols = a.p.num_kv_heads * HD, box = std::min<int64_t>(a.p.block_size, kKeyTile);
+    k_map = Bf16TensorMap(a.p.k_cache, INT32_MAX, cols, cols, static_cast<int>(box));
+    v_map = Bf16TensorMap(a.p.v_cache, INT32_MAX, cols, cols, static_cast<int>(box));
   }
-  AllowSmem(FlashWgmmaKernel<T, HD>, kSmem, &devices_done);
-  LaunchDependent(FlashWgmmaKernel<T, HD>, grid, dim3(256), kSmem, stream, pdl, a);
+  auto launch = [&]<bool kTma>() {
+    constexpr int kGroups = FlashWgmmaGroups(HD);
+    using WG = WgGeometry<HD, kGroups>;
+    auto* kernel = FlashWgmmaKernel<T, HD, kGroups, kTma>;
+    static uint32_t devices_done = 0;
+    if (devices_done == 0) {  // two one-group blocks an SM need the whole 228 KB
+      PAGODA_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    }
+    AllowSmem(kernel, WG::kSmemBytes, &devices_done);
+    LaunchDependent(kernel, grid, dim3(WG::kThreads), WG::kSmemBytes, stream, pdl, a, k_map, v_map);
+  };
+  tma ? launch.template operator()<true>() : launch.template operator()<false>();
 }
 template void LaunchFlashWgmma<__nv_bfloat16, 64>(const KernelArgs&, dim3, cudaStream_t, bool);
 template void LaunchFlashWgmma<__nv_bfloat16, 128>(const KernelArgs&, dim3, cudaStream_t, bool);
@@ -435,7 +506,7 @@ void SetFlashWgmma(FlashWgmma mode) { flash::flash_wgmma_mode = mode; }
 void WgmmaTileProductsForTest(const float* q, const float* k, const float* v, const float* p, float* s, float* o,
                               int head_dim, bool f16, cudaStream_t stream) {
   auto run = [&]<typename T, int HD>() {
-    constexpr int kSmem = 3 * WgGeometry<HD>::kTileBytes + 1024;
+    constexpr int kSmem = 3 * WgGeometry<HD, 1>::kTileBytes + 1024;
     static uint32_t devices_done = 0;
     AllowSmem(WgmmaTileProductsKernel<T, HD>, kSmem, &devices_done);
     WgmmaTileProductsKernel<T, HD><<<1, 128, kSmem, stream>>>(q, k, v, p, s, o);

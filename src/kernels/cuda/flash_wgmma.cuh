@@ -1,22 +1,28 @@
 // FlashAttention's wide (prefill) shape on Hopper warpgroup products, FlashAttention-3's
 // structure. Included by flash_wgmma.cu (its kernel and launch).
 //
-// A block serves the same 64 query rows as the mma.sync wide kernel (four warps of 16 rows, a
-// FlashWorkItem) with two warpgroups:
-//   - warpgroup 1, the producer, lowers its registers (setmaxnreg) and copies K of tile n, then
-//     V of tile n - 1, from their paged blocks by cp.async into two rings of kStages stages, each
-//     thread's copies completing on the stage's `full` mbarrier once the consumers have arrived
-//     on its `empty` one (K runs a tile ahead: the consumers score tile n + 1 while they
-//     multiply tile n's P by its V);
-//   - warpgroup 0, the consumers, raise theirs and compute S = Q K^T by wgmma m64n64k16 from
-//     shared memory (Q and K K-major, 128-byte swizzle), the online softmax in registers
-//     (flash_tile.cuh's TileSoftmax on the accumulators, which are mma.sync's C layout per
-//     warp), and O += P V by wgmma m64nHDk16 with P from registers (mma.sync's A layout) and V
-//     read MN-major. Tile j + 1's S is issued before tile j's P V and its softmax runs while
-//     P V does; O is rescaled (or its segment merged) once P V is done, so every row sees the
-//     mma.sync kernel's sequence of roundings (bits: test FlashWgmmaGivesTheMmaBits).
+// A block serves kGroups (1 or 2) of the mma.sync wide kernel's 64-row work (four warps of 16
+// rows each) with kGroups + 1 warpgroups:
+//   - the last warpgroup, the producer, lowers its registers (setmaxnreg) and copies K of tile
+//     n, then V of tile n - 1, from their paged blocks into two rings of kStages stages: by TMA
+//     (one thread, whole paged blocks of at least 8 slots as boxes of 64 values, the tile's
+//     bytes completing on the stage's `full` mbarrier), or for smaller blocks by cp.async (every
+//     thread a row chunk, each thread's copies arriving on it); each stage once the consumers
+//     have arrived on its `empty` one (K runs a tile ahead: the consumers score tile n + 1 while
+//     they multiply tile n's P by its V);
+//   - the others, the consumers, raise theirs and each compute S = Q K^T for its 64 rows by
+//     wgmma m64n64k16 from shared memory (Q and K K-major, 128-byte swizzle), the online softmax
+//     in registers (flash_tile.cuh's TileSoftmax on the accumulators, which are mma.sync's C
+//     layout per warp), and O += P V by wgmma m64nHDk16 with P from registers (mma.sync's A
+//     layout) and V read MN-major. Tile j + 1's S is issued before tile j's P V and its softmax
+//     runs while P V does; O is rescaled (or its segment merged) once P V is done, so every row
+//     sees the mma.sync kernel's sequence of roundings (bits: test FlashWgmmaGivesTheMmaBits).
+//     Every consumer walks the block's key range (the union of its rows'): a tile past a row's
+//     keys is masked, adds exact zeros and leaves its maximum, so the bits do not depend on the
+//     rows a block shares.
 // Tiles in shared memory: [64-value column block][64 rows][128 bytes], 16-byte chunk c of row r
-// at chunk c ^ (r % 8), 1024-byte aligned. d128: 113 KB a block, two blocks an SM.
+// at chunk c ^ (r % 8), 1024-byte aligned. d128: 113 KB a one-group block (two an SM), 193 KB a
+// two-group one.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,54 +31,42 @@
 #include <cstdint>
 
 #include "kernels/cuda/flash_tile.cuh"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace pagoda::cuda::flash {
 
-template <int HD>
+// kGroups consumer warpgroups of 64 rows each share a block's K/V stages (FlashAttention-3's
+// 128-row blocks for two): two halve the K/V bytes that blocks read per query row.
+template <int HD, int kGroups = 1>
 struct WgGeometry {
   static constexpr int kTileBytes = kKeyTile * HD * 2;  // K, V or Q: 64 rows
-  static constexpr int kStages = 2;
-  static constexpr int kConsumers = 128;
-  static constexpr int kOBytes = kConsumers * (HD / 2) * 4;  // merged O: [value][consumer thread]
-  static constexpr int kQOffset = 0;
-  static constexpr int kKOffset = kTileBytes;                       // K's ring
+  static constexpr int kStages = kGroups == 1 ? 2 : (HD == 128 ? 3 : 4);
+  static constexpr int kConsumers = 128 * kGroups;
+  static constexpr int kOBytes = kConsumers * (HD / 2) * 4;  // merged O: [group][value][consumer thread]
+  static constexpr int kQOffset = 0;                         // a Q tile per consumer warpgroup
+  static constexpr int kKOffset = kGroups * kTileBytes;      // K's ring
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;  // V's ring
   static constexpr int kOOffset = kVOffset + kStages * kTileBytes;
   static constexpr int kTilesBytes = kOOffset + kOBytes;
-  // The small part: K full, V full, K empty, V empty barriers (kStages each), the warps' key
-  // ranges. It sits in the alignment padding before the tiles when that is large enough, else
-  // after them, so the block needs no more than the tiles and 1 KB: two d128 blocks of 113 KB
-  // (with the driver's 1 KB each) fill an SM's 228 KB exactly.
+  // The small part: K full, V full, K empty, V empty barriers (kStages each), the consumer
+  // warps' key ranges. It sits in the alignment padding before the tiles when that is large
+  // enough, else after them, so the block needs no more than the tiles and 1 KB: two one-group
+  // d128 blocks of 113 KB (with the driver's 1 KB each) fill an SM's 228 KB exactly.
   static constexpr int kBarriers = 4 * kStages;
-  static constexpr int kSmallBytes = kBarriers * 8 + 2 * 4 * 4;
+  static constexpr int kSmallBytes = kBarriers * 8 + 2 * 4 * kGroups * 4;
   static constexpr int kSmemBytes = 1024 + kTilesBytes;
+  static constexpr int kThreads = 128 * (kGroups + 1);
+  // setmaxnreg: what the producer gives up, the consumers take (one group: two blocks an SM).
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = kGroups == 1 ? 216 : 232;
 };
 // Byte offset of 16-byte chunk c of row r in a swizzled tile.
 __device__ __forceinline__ uint32_t WgChunk(int r, int c) {
   return static_cast<uint32_t>((c >> 3) * (kKeyTile * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-__device__ __forceinline__ void MbarrierInit(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void MbarrierArrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-// Arrives on `bar` once this thread's earlier cp.async copies have landed (counted in the
-// barrier's arrivals).
-__device__ __forceinline__ void CpAsyncArriveOn(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void MbarrierWait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWAIT_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
 template <int N>
 __device__ __forceinline__ void SetMaxRegistersInc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
