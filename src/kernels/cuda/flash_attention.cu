@@ -622,7 +622,7 @@ int FlashSplitDepth(int64_t max_keys) {
 
 int64_t FlashTokensPerItem(const PagedAttentionParams& p, int64_t max_keys) {
   const int64_t rows64 = kWideWarps * (16 / std::max<int64_t>(p.num_heads / std::max<int64_t>(p.num_kv_heads, 1), 1));
-  return WideOnWgmma(p, max_keys) ? rows64 * FlashWgmmaGroups(p.head_dim) : rows64;
+  return WideOnWgmma(p, max_keys) ? rows64 * FlashWgmmaGroups(p.head_dim, WgmmaTma(p.block_size)) : rows64;
 }
 
 std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, int64_t tokens_per_item) {

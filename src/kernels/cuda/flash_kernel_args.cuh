@@ -58,12 +58,15 @@ __device__ __forceinline__ void WarpRows(const KernelArgs& a, int w_begin, int w
 // head dims 64 and 128: whether a step whose longest row has `max_keys` keys takes it
 // (SetFlashWgmma's mode), and its launch over `grid` (work items x KV heads).
 bool FlashWgmmaOn(int64_t max_keys, int64_t head_dim);
-// Consumer warpgroups (64 query rows each) a wgmma block at head dim hd: two at 128, where the
-// K/V tiles they share pay (H100, causal, 4K tokens: 271 against 261 TFLOP/s, 1K: 165 against
-// 125), one at 64, where they do not (172 against 176).
-constexpr int FlashWgmmaGroups(int64_t hd) { return hd == 128 ? 2 : 1; }
+// Whether the wgmma kernel copies K/V by TMA: paged blocks of at least 8 slots (boxes of 8+ rows
+// keep the 128-byte swizzle's 1024-byte pattern); smaller ones by cp.async.
+constexpr bool WgmmaTma(int64_t block_size) { return block_size >= 8; }
+// Consumer warpgroups (64 query rows each) a wgmma block at head dim hd: two, sharing the K/V
+// tiles (H100, causal, 4K tokens: d128 271 against 261 TFLOP/s, 1K 165 against 125; d64 with TMA
+// 168.5 against 164); d64 under cp.async keeps one, two blocks an SM, as measured before TMA.
+constexpr int FlashWgmmaGroups(int64_t hd, bool tma) { return hd == 128 || tma ? 2 : 1; }
 // Whether the wide shape of p's step runs on the wgmma kernel (its work items are then
-// FlashWgmmaGroups(head dim) x 64 rows).
+// FlashWgmmaGroups x 64 rows).
 inline bool WideOnWgmma(const PagedAttentionParams& p, int64_t max_keys) {
   return p.k_format.quant == KVQuant::kNone && FlashWgmmaOn(max_keys, p.head_dim);
 }

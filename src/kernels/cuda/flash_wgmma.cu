@@ -470,8 +470,7 @@ bool FlashWgmmaOn(int64_t max_keys, int64_t head_dim) {
 
 template <typename T, int HD>
 void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl) {
-  // TMA boxes of at least 8 rows keep the 128-byte swizzle's 1024-byte pattern.
-  const bool tma = a.p.block_size >= 8;
+  const bool tma = WgmmaTma(a.p.block_size);
   CUtensorMap k_map = {}, v_map = {};
   if (tma) {
     const int64_t cols = a.p.num_kv_heads * HD, box = std::min<int64_t>(a.p.block_size, kKeyTile);
@@ -479,7 +478,7 @@ void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool 
     v_map = Bf16TensorMap(a.p.v_cache, INT32_MAX, cols, cols, static_cast<int>(box));
   }
   auto launch = [&]<bool kTma>() {
-    constexpr int kGroups = FlashWgmmaGroups(HD);
+    constexpr int kGroups = FlashWgmmaGroups(HD, kTma);
     using WG = WgGeometry<HD, kGroups>;
     auto* kernel = FlashWgmmaKernel<T, HD, kGroups, kTma>;
     static uint32_t devices_done = 0;

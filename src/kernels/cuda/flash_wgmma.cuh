@@ -42,6 +42,7 @@ namespace pagoda::cuda::flash {
 template <int HD, int kGroups = 1>
 struct WgGeometry {
   static constexpr int kTileBytes = kKeyTile * HD * 2;  // K, V or Q: 64 rows
+  // Two groups, d128: a fourth stage fits (225 KB) but gave nothing (H100, 4K: 257 against 260).
   static constexpr int kStages = kGroups == 1 ? 2 : (HD == 128 ? 3 : 4);
   static constexpr int kConsumers = 128 * kGroups;
   static constexpr int kOBytes = kConsumers * (HD / 2) * 4;  // merged O: [group][value][consumer thread]
