@@ -85,11 +85,10 @@ int64_t FlashTokensPerItem(const PagedAttentionParams& p, int64_t max_keys);
 std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, int64_t tokens_per_item);
 
 // The wide shape on Hopper warpgroup products (flash_wgmma.cu) for bf16/f16 caches: the same
-// bits as the mma.sync wide kernel, faster once rows are long (causal prefill: H100 at 1K
-// tokens d128 1.21x, d64 0.91x; H200 at 4K / 16K d128 1.28x / 1.32x, d64 1.09x / 1.13x, before
-// its TMA copies and two-group blocks added 12% at d128 and 6% at d64). kAuto takes it for steps whose
-// longest row has at least FlashWgmmaMinKeys(head dim) keys; PAGODA_FLASH_WGMMA=0 or 1 sets kOff
-// or kOn at start.
+// bits as the mma.sync wide kernel, faster once rows are long (H100, causal prefill against
+// mma.sync: d128 1.19x at 1K tokens, 1.36x at 4K; d64 0.91x at 1K, 1.05x at 4K). kAuto takes it
+// for steps whose longest row has at least FlashWgmmaMinKeys(head dim) keys; PAGODA_FLASH_WGMMA=0
+// or 1 sets kOff or kOn at start.
 enum class FlashWgmma { kAuto, kOff, kOn };
 constexpr int64_t FlashWgmmaMinKeys(int64_t head_dim) { return head_dim == 128 ? 1024 : 2048; }
 void SetFlashWgmma(FlashWgmma mode);

@@ -31,8 +31,7 @@ CUtensorMap Bf16TensorMap(const void* base, int64_t rows, int64_t cols, int64_t 
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult r = Encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
                                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   PAGODA_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for a " << rows
                                   << " x " << cols << " bf16 matrix, row stride " << row_stride << ", boxes of "
                                   << box_rows << " rows";
