@@ -1,7 +1,8 @@
 // pagoda_cuda_bench: the CUDA backend's kernels on the device, timed, as ratios to ceilings
 // measured in the same run (run by scripts/gpu-check beside ../shared/tools/gpu_baselines.py).
 //
-//   pagoda_cuda_bench [--quick] [--gemm-only] [--attention-only] [--sampling-only] [--model-only]
+//   pagoda_cuda_bench [--quick] [--gemm-only] [--attention-only] [--prefill-attention-only]
+//                     [--sampling-only] [--model-only]
 //                     [--model dummy:llama-3-8b]
 //                     [--enforce-eager]
 //                     [--profile-decode B]  (decode at batch B only, its last 2 graphed steps in a
@@ -542,7 +543,7 @@ void BenchLongContextDecode(CudaBackend& gpu, Model& model, const std::string& n
 int main(int argc, char** argv) {
   using namespace pagoda;
   bool quick = false, eager = false, gemm_only = false, attention_only = false, sampling_only = false,
-       model_only = false;
+       model_only = false, prefill_only = false;
   int64_t profile_batch = 0;
   std::string model;
   for (int i = 1; i < argc; ++i) {
@@ -550,6 +551,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--enforce-eager") == 0) eager = true;
     if (std::strcmp(argv[i], "--gemm-only") == 0) gemm_only = true;
     if (std::strcmp(argv[i], "--attention-only") == 0) attention_only = true;
+    if (std::strcmp(argv[i], "--prefill-attention-only") == 0) prefill_only = true;
     if (std::strcmp(argv[i], "--sampling-only") == 0) sampling_only = true;
     if (std::strcmp(argv[i], "--model-only") == 0) model_only = true;
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
@@ -570,6 +572,10 @@ int main(int argc, char** argv) {
     std::printf("copy d2d 2 GiB  %7.0f GB/s\n", copy);
     if (model_only) {
       BenchModel(gpu, model.empty() ? "dummy:llama-3-8b" : model, copy, quick, !eager, 0);
+      return 0;
+    }
+    if (prefill_only) {
+      BenchPrefillAttentions(gpu, quick);
       return 0;
     }
     if (!attention_only) BenchGemm(gpu, quick, copy);

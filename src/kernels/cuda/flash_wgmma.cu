@@ -237,7 +237,8 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   bool merged[2] = {false, false};
   float* o_s = reinterpret_cast<float*>(smem + WG::kOOffset) + wg * 128 * (HD / 2) + (tid & 127);
   // Rows `now` merge their segment (running max m, this thread's part of the sum l, O in the
-  // accumulators) into the result and start the next with O = 0.
+  // accumulators) into the result; the accumulators are left as they are (the tile loop zeroes
+  // them for the rows' next segment).
   auto flush = [&](const bool (&now)[2], const float (&m)[2], const float (&l)[2]) {
     const float l_total[2] = {QuadSum(l[0]), QuadSum(l[1])};
 #pragma unroll
@@ -267,8 +268,6 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
           M[h] = sc.m;
         }
       }
-#pragma unroll
-      for (int dt = 0; dt < Geo::kDTiles; ++dt) st.acc[dt][2 * h] = st.acc[dt][2 * h + 1] = 0.0f;
     }
   };
   auto mask_of = [&](int j) {
@@ -282,6 +281,16 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   };
   float s[8][4];
   float* s_flat = &s[0][0];
+  // The softmax of the scores in s for the tile from key `start`, the mask test only where some
+  // row of the warp has keys of the tile outside its window (a warp-uniform branch: the masked
+  // form's compares and selects stay off the common path).
+  auto softmax = [&](int start, bool mask, float (&corr)[2]) {
+    if (mask) {
+      TileSoftmax<HD, false, false>(TileK<HD>{nullptr}, start, rows, a.scale_log2, true, st, s, corr);
+    } else {
+      TileSoftmax<HD, false, false>(TileK<HD>{nullptr}, start, rows, a.scale_log2, false, st, s, corr);
+    }
+  };
   float* o_flat = &st.acc[0][0];
   // The tiles' descriptors, once: a stage or k-step moves the start address field only.
   const uint64_t q_desc = KMajorAt(q_tile, 0), k_desc = KMajorAt(k_tile(0), 0);
@@ -310,17 +319,21 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     __syncwarp();
     if (lane == 0) MbarrierArrive(barrier);
   };
-  const TileK<HD> no_scale{nullptr};  // Scale() is the identity for 16-bit caches
+  // cp.async's copies are generic-proxy writes that wgmma's operand reads must be fenced from;
+  // TMA's land through the async proxy, ordered by the stage's barrier alone.
+  auto FenceCopies = [] {
+    if constexpr (!kTma) FenceProxyAsyncShared();
+  };
 
   MbarrierWait(bar(0, 0), 0);
-  FenceProxyAsyncShared();
+  FenceCopies();
   issue_scores(0);
   WgmmaWait<0>();
   FenceOperands<32>(s_flat);
   release(bar(2, 0));
   {
-    float corr[2];
-    TileSoftmax<HD>(no_scale, tile_lo * kKeyTile, rows, a.scale_log2, mask_of(tile_lo), st, s, corr);
+    float corr[2];  // O is still zero
+    softmax(tile_lo * kKeyTile, mask_of(tile_lo), corr);
   }
   // P of tile j as the second product's A fragments (16 keys a k-step).
   auto pack_p = [&] {
@@ -339,10 +352,10 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     pack_p();
     const int stage = n % kStages, next = (n + 1) % kStages;
     MbarrierWait(bar(0, next), ((n + 1) / kStages) & 1);
-    FenceProxyAsyncShared();
+    FenceCopies();
     issue_scores(next);
     MbarrierWait(bar(1, stage), (n / kStages) & 1);
-    FenceProxyAsyncShared();
+    FenceCopies();
     issue_values(stage);
     // Tile j + 1's softmax while tile j's P V runs. A row whose segment ends after tile j
     // starts the next from a fresh state; its old one merges once P V is done. The others'
@@ -351,8 +364,8 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     FenceOperands<32>(s_flat);
     release(bar(2, next));
     const int end = (j + 1) * kKeyTile;
-    const bool unit = end % kFlashSegmentUnit == 0;
-    const bool now[2] = {unit && end % rows.seg[0] == 0, unit && end % rows.seg[1] == 0};
+    const bool unit = end % kFlashSegmentUnit == 0;  // segments are powers of two
+    const bool now[2] = {unit && (end & (rows.seg[0] - 1)) == 0, unit && (end & (rows.seg[1] - 1)) == 0};
     const float m_old[2] = {st.m[0], st.m[1]}, l_old[2] = {st.l[0], st.l[1]};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -362,19 +375,30 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
       }
     }
     float corr[2];
-    TileSoftmax<HD, false, false>(no_scale, end, rows, a.scale_log2, mask_of(j + 1), st, s, corr);
+    softmax(end, mask_of(j + 1), corr);
     WgmmaWait<0>();
     FenceOperands<HD / 2>(o_flat);
     release(bar(3, stage));
     if (__any_sync(0xffffffffu, now[0] || now[1])) flush(now, m_old, l_old);
+    // O for tile j + 1's P V: zero where a segment ended, else rescaled (x * 1 is x, so a warp
+    // whose rows kept their maxima skips it). The zero comes from a mask on the product, not a
+    // conditional write: ptxas would otherwise copy every accumulator out of the product's
+    // registers and back each tile.
+    if (__any_sync(0xffffffffu, now[0] || now[1] || corr[0] != 1.0f || corr[1] != 1.0f)) {
+      const uint32_t keep[2] = {now[0] ? 0u : ~0u, now[1] ? 0u : ~0u};
 #pragma unroll
-    for (int h = 0; h < 2; ++h) corr[h] = now[h] ? 1.0f : corr[h];
-    // x * 1 is x: the warp skips the products when no row's maximum moved.
-    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) RescaleO<HD>(st, corr);
+      for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          st.acc[dt][e] = __uint_as_float(__float_as_uint(__fmul_rn(st.acc[dt][e], corr[h])) & keep[h]);
+        }
+      }
+    }
   }
   pack_p();
   MbarrierWait(bar(1, n % kStages), (n / kStages) & 1);
-  FenceProxyAsyncShared();
+  FenceCopies();
   issue_values(n % kStages);
   WgmmaWait<0>();
   FenceOperands<HD / 2>(o_flat);
