@@ -321,12 +321,12 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   };
   // cp.async's copies are generic-proxy writes that wgmma's operand reads must be fenced from;
   // TMA's land through the async proxy, ordered by the stage's barrier alone.
-  auto FenceCopies = [] {
+  auto fence_copies = [] {
     if constexpr (!kTma) FenceProxyAsyncShared();
   };
 
   MbarrierWait(bar(0, 0), 0);
-  FenceCopies();
+  fence_copies();
   issue_scores(0);
   WgmmaWait<0>();
   FenceOperands<32>(s_flat);
@@ -352,10 +352,10 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     pack_p();
     const int stage = n % kStages, next = (n + 1) % kStages;
     MbarrierWait(bar(0, next), ((n + 1) / kStages) & 1);
-    FenceCopies();
+    fence_copies();
     issue_scores(next);
     MbarrierWait(bar(1, stage), (n / kStages) & 1);
-    FenceCopies();
+    fence_copies();
     issue_values(stage);
     // Tile j + 1's softmax while tile j's P V runs. A row whose segment ends after tile j
     // starts the next from a fresh state; its old one merges once P V is done. The others'
@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   }
   pack_p();
   MbarrierWait(bar(1, n % kStages), (n / kStages) & 1);
-  FenceCopies();
+  fence_copies();
   issue_values(n % kStages);
   WgmmaWait<0>();
   FenceOperands<HD / 2>(o_flat);
