@@ -88,9 +88,9 @@ std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_l
 // bits as the mma.sync wide kernel, faster once rows are long (H100, causal prefill, one call:
 // d128 181 TFLOP/s at 1K tokens, where mma.sync gave 137 before; d64 125.5 against mma.sync's
 // 121-123 at 1K, 186 at 4K against 155). kAuto takes it for steps whose longest row has at
-// least FlashWgmmaMinKeys keys; PAGODA_FLASH_WGMMA=0 or 1 sets kOff or kOn at start.
+// least kFlashWgmmaMinKeys keys; PAGODA_FLASH_WGMMA=0 or 1 sets kOff or kOn at start.
 enum class FlashWgmma { kAuto, kOff, kOn };
-constexpr int64_t FlashWgmmaMinKeys(int64_t /*head_dim*/) { return 1024; }
+constexpr int64_t kFlashWgmmaMinKeys = 1024;  // both head dims
 void SetFlashWgmma(FlashWgmma mode);
 // Its building blocks alone (a test): S = Q K^T [64 x 64] and O = P V [64 x head_dim] for one
 // tile, q/k/v [64, head_dim] and p [64, 64] f32 device rows rounded to bf16 (f16: f16).

@@ -57,7 +57,7 @@ __device__ __forceinline__ void WarpRows(const KernelArgs& a, int w_begin, int w
 // The wide shape on warpgroup products (flash_wgmma.cu) for T = __nv_bfloat16 or __half and
 // head dims 64 and 128: whether a step whose longest row has `max_keys` keys takes it
 // (SetFlashWgmma's mode), and its launch over `grid` (work items x KV heads).
-bool FlashWgmmaOn(int64_t max_keys, int64_t head_dim);
+bool FlashWgmmaOn(int64_t max_keys);
 // Whether the wgmma kernel copies K/V by TMA: paged blocks of at least 8 slots (boxes of 8+ rows
 // keep the 128-byte swizzle's 1024-byte pattern); smaller ones by cp.async.
 constexpr bool WgmmaTma(int64_t block_size) { return block_size >= 8; }
@@ -68,7 +68,7 @@ constexpr int FlashWgmmaGroups(int64_t hd, bool tma) { return hd == 128 || tma ?
 // Whether the wide shape of p's step runs on the wgmma kernel (its work items are then
 // FlashWgmmaGroups x 64 rows).
 inline bool WideOnWgmma(const PagedAttentionParams& p, int64_t max_keys) {
-  return p.k_format.quant == KVQuant::kNone && FlashWgmmaOn(max_keys, p.head_dim);
+  return p.k_format.quant == KVQuant::kNone && FlashWgmmaOn(max_keys);
 }
 template <typename T, int HD>
 void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl);

@@ -487,9 +487,9 @@ FlashWgmma flash_wgmma_mode = [] {
 
 }  // namespace
 
-bool FlashWgmmaOn(int64_t max_keys, int64_t head_dim) {
+bool FlashWgmmaOn(int64_t max_keys) {
   return flash_wgmma_mode == FlashWgmma::kOn ||
-         (flash_wgmma_mode == FlashWgmma::kAuto && max_keys >= FlashWgmmaMinKeys(head_dim));
+         (flash_wgmma_mode == FlashWgmma::kAuto && max_keys >= kFlashWgmmaMinKeys);
 }
 
 template <typename T, int HD>
