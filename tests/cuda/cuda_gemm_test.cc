@@ -130,8 +130,9 @@ TEST_F(CudaGemmTest, RowsHaveTheSameBitsWhateverTheBatch) {
   struct Shape {
     int64_t n, k;
   };
-  // (256, 4096): 4 equal k chunks (up to 64 rows each tile's last block adds them, up to 1024
-  // CUTLASS's split-K, beyond one CUTLASS product per chunk, in slabs of 2048 rows); (2048, 512):
+  // (256, 4096): 4 equal k chunks (up to 8 rows the GEMV kernel's warps, one a chunk, add them in
+  // the block; up to 64 each tile's last block adds them, up to 1024 CUTLASS's split-K, beyond one
+  // CUTLASS product per chunk, in slabs of 2048 rows); (2048, 512):
   // one chunk; (96, 1000): padded k; (200, 2999): x rows not 16-byte aligned (the 4-byte
   // copies), 4 chunks, the last shorter (one CUTLASS product per chunk); (130, 2048): rows of
   // 130 floats, not 16-byte aligned for TMA, so beyond 64 rows our own wgmma kernel and

@@ -3,12 +3,15 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <utility>
 
 #include "kernels/cuda/convert_bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm_cutlass.h"
+#include "kernels/cuda/gemm_gemv.cuh"
 #include "kernels/cuda/gemm_mma.cuh"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
@@ -90,6 +93,25 @@ void Launch(const Args& a, int splits, cudaStream_t stream) {
     config.numAttrs = 1;
   }
   PAGODA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
+}
+
+// Up to 8 rows of a weight cut into k chunks: GemvChunksKernel (a warp per chunk, the chunks
+// added in the block). PAGODA_GEMV=0 runs the mma.sync kernel's (tile, chunk) blocks instead, the
+// same bits (a diagnostic for timing the two in one run).
+const bool gemv_chunks = [] {
+  const char* e = std::getenv("PAGODA_GEMV");
+  return e == nullptr || std::string(e) != "0";
+}();
+
+void LaunchGemvChunks(const Args& a, int splits, cudaStream_t stream) {
+  static bool configured = false;
+  if (!configured) {
+    PAGODA_CUDA_CHECK(cudaFuncSetAttribute(GemvChunksKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           GemvTile::SmemBytes(static_cast<int>(kXF32MaxRows), kMaxChunks)));
+    configured = true;
+  }
+  LaunchDependent(GemvChunksKernel, dim3((a.n + GemvTile::BN - 1) / GemvTile::BN), dim3(32 * splits),
+                  static_cast<size_t>(GemvTile::SmemBytes(a.m, splits)), stream, a.pdl, a);
 }
 
 }  // namespace
@@ -274,6 +296,10 @@ void GemmBf16(const GemmBf16Params& p, cudaStream_t stream) {
         Launch<T, Mode::kPartialReduce>(a, splits, stream);
       }
     };
+    if (p.m <= kXF32MaxRows && splits > 1 && splits <= kMaxChunks && gemv_chunks) {
+      LaunchGemvChunks(a, splits, stream);
+      return;
+    }
     if (p.m <= kXF32MaxRows) {
       launch.template operator()<TinyTile>();
       return;

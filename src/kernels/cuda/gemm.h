@@ -7,11 +7,12 @@
 //   - bf16 W (every bf16/f16/quantized model): tensor cores with bf16 operands and f32
 //     accumulation. x is rounded to bf16 first (GemmBf16's scratch `xb`, zero-padded to the
 //     weight's padded k). W is stored with k padded to a multiple of 64 (zeros). Up to 8 rows:
-//     one launch of an mma.sync m16n8k16 kernel (16 x 64 tiles, the weight streamed through
-//     every SM) that rounds x to bf16 as it builds its fragments; up to 64 rows: x rounded once
-//     (ConvertToBf16), then wgmma m64n128k16 or m64n64k16 tiles (or 64 x 64 mma.sync tiles),
-//     whichever fills the SMs' waves best, the widest first; in both, each tile's last block to
-//     finish adds the k chunks' sums. More rows: CUTLASS's sm90 kernels (TMA, warp-specialized wgmma; gemm_cutlass.h), one
+//     one launch of an mma.sync m16n8k16 kernel (the weight streamed through every SM) that
+//     rounds x to bf16 as it builds its fragments: for a weight cut into k chunks, one block per
+//     16 columns with one warp per chunk, the chunk sums added in the block (gemm_gemv.cuh);
+//     uncut, 16 x 64 tiles. Up to 64 rows: x rounded once (ConvertToBf16), then wgmma
+//     m64n128k16 or m64n64k16 tiles (or 64 x 64 mma.sync tiles), whichever fills the SMs' waves
+//     best, the widest first; each tile's last block to finish adds the k chunks' sums. More rows: CUTLASS's sm90 kernels (TMA, warp-specialized wgmma; gemm_cutlass.h), one
 //     product per k chunk adding the previous chunks' sum in its epilogue; where the operands
 //     are not 16-byte aligned for TMA, our wgmma m64n256k16 kernel with 128 x 256 tiles, then
 //     ReduceChunks.
