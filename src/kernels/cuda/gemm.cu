@@ -107,7 +107,7 @@ void LaunchGemvChunks(const Args& a, int splits, cudaStream_t stream) {
   static bool configured = false;
   if (!configured) {
     PAGODA_CUDA_CHECK(cudaFuncSetAttribute(GemvChunksKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           GemvTile::SmemBytes(static_cast<int>(kXF32MaxRows), kMaxChunks)));
+                                           GemvTile::SmemBytes(GemvTile::kXRows, kMaxChunks)));
     configured = true;
   }
   LaunchDependent(GemvChunksKernel, dim3((a.n + GemvTile::BN - 1) / GemvTile::BN), dim3(32 * splits),

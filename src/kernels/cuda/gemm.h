@@ -12,7 +12,8 @@
 //     16 columns with one warp per chunk, the chunk sums added in the block (gemm_gemv.cuh);
 //     uncut, 16 x 64 tiles. Up to 64 rows: x rounded once (ConvertToBf16), then wgmma
 //     m64n128k16 or m64n64k16 tiles (or 64 x 64 mma.sync tiles), whichever fills the SMs' waves
-//     best, the widest first; each tile's last block to finish adds the k chunks' sums. More rows: CUTLASS's sm90 kernels (TMA, warp-specialized wgmma; gemm_cutlass.h), one
+//     best, the widest first; each tile's last block to finish adds the k chunks' sums. More
+//     rows: CUTLASS's sm90 kernels (TMA, warp-specialized wgmma; gemm_cutlass.h), one
 //     product per k chunk adding the previous chunks' sum in its epilogue; where the operands
 //     are not 16-byte aligned for TMA, our wgmma m64n256k16 kernel with 128 x 256 tiles, then
 //     ReduceChunks.

@@ -25,6 +25,7 @@ namespace pagoda::cuda::gemm {
 struct GemvTile {
   static constexpr int BN = 16;         // output columns a block (two n8 products a warp)
   static constexpr int kStages = 6;     // per warp: 2 KB of weights a stage
+  static constexpr int kXRows = static_cast<int>(kXF32MaxRows);  // x's rows a stage holds at most
   static constexpr int kXRowFloats = kBK + 8;  // as TinyTile's f32 x rows
   static constexpr int kWBytes = BN * kBK * 2;
   // A stage: the weight k-tile, then x's rows (m of them, f32), rounded up to 128 bytes so that
@@ -32,9 +33,9 @@ struct GemvTile {
   static __host__ __device__ constexpr int StageBytes(int m) {
     return (kWBytes + m * kXRowFloats * 4 + 127) / 128 * 128;
   }
-  // The reduction's area after the warps' stages: [chunks][8 rows][16 columns] floats.
+  // The reduction's area after the warps' stages: [chunks][kXRows][BN] floats.
   static __host__ __device__ constexpr int SmemBytes(int m, int chunks) {
-    return chunks * kStages * StageBytes(m) + chunks * 8 * BN * 4;
+    return chunks * kStages * StageBytes(m) + chunks * kXRows * BN * 4;
   }
 };
 
@@ -60,7 +61,7 @@ __global__ void __launch_bounds__(32 * kMaxChunks) GemvChunksKernel(Args a) {
   if (a.pdl) GridDependencyWait();
 #pragma unroll
   for (int s = 0; s < T::kStages - 1; ++s) {
-    if (s < num_tiles) LoadXStage<static_cast<int>(kXF32MaxRows), 32, T::kXRowFloats>(a, x_stage(s), 0, k_begin + s * kBK, lane);
+    if (s < num_tiles) LoadXStage<T::kXRows, 32, T::kXRowFloats>(a, x_stage(s), 0, k_begin + s * kBK, lane);
     CpAsyncCommit();
   }
 
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(32 * kMaxChunks) GemvChunksKernel(Args a) {
       if (next < num_tiles) {
         const int st = next % T::kStages, k0 = k_begin + next * kBK;
         LoadWeightStage<T::BN, 32>(a, w_stage(st), n0, k0, lane);
-        LoadXStage<static_cast<int>(kXF32MaxRows), 32, T::kXRowFloats>(a, x_stage(st), 0, k0, lane);
+        LoadXStage<T::kXRows, 32, T::kXRowFloats>(a, x_stage(st), 0, k0, lane);
       }
       CpAsyncCommit();
     }
@@ -105,13 +106,13 @@ __global__ void __launch_bounds__(32 * kMaxChunks) GemvChunksKernel(Args a) {
 #pragma unroll
   for (int j = 0; j < 2; ++j)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) red[(z * 8 + g) * T::BN + j * 8 + 2 * q + e] = acc[j][e];
+    for (int e = 0; e < 2; ++e) red[(z * T::kXRows + g) * T::BN + j * 8 + 2 * q + e] = acc[j][e];
   __syncthreads();
   for (int i = threadIdx.x; i < a.m * T::BN; i += blockDim.x) {
     const int row = i / T::BN, col = i % T::BN;
     if (n0 + col >= a.n) continue;
     float total = red[row * T::BN + col];
-    for (int c = 1; c < chunks; ++c) total = __fadd_rn(total, red[(c * 8 + row) * T::BN + col]);
+    for (int c = 1; c < chunks; ++c) total = __fadd_rn(total, red[(c * T::kXRows + row) * T::BN + col]);
     StoreSum(a, row, n0 + col, total);
   }
 }
