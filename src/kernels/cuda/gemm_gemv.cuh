@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(32 * kMaxChunks) GemvChunksKernel(Args a) {
   const int k_begin = z * a.chunk, k_end = min(a.kp, k_begin + a.chunk);
   const int num_tiles = (k_end - k_begin) / kBK;
   const int stage_bytes = T::StageBytes(a.m);
-  const uint32_t base = SmemAddr(smem) + z * T::kStages * stage_bytes;
+  uint8_t* const stages = smem + z * T::kStages * stage_bytes;  // this warp's
+  const uint32_t base = SmemAddr(stages);
   auto w_stage = [&](int s) { return base + s * stage_bytes; };
   auto x_stage = [&](int s) { return base + s * stage_bytes + T::kWBytes; };
 
@@ -83,8 +84,7 @@ __global__ void __launch_bounds__(32 * kMaxChunks) GemvChunksKernel(Args a) {
     }
     const int st = t % T::kStages;
     const uint32_t sb = w_stage(st);
-    const float* xs = reinterpret_cast<const float*>(smem + z * T::kStages * stage_bytes + st * stage_bytes +
-                                                     T::kWBytes);
+    const float* xs = reinterpret_cast<const float*>(stages + st * stage_bytes + T::kWBytes);
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
       const float* x0 = xs + g * T::kXRowFloats + kk * 16 + 2 * q;
