@@ -287,6 +287,60 @@ TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
   }
 }
 
+// The one-warp (decode) shapes copy int8, int4 and nvfp4 K/V tiles by TMA (a box per paged
+// block, or per 64 slots of a larger one; each KV head's rows from the 16-byte boundary before
+// them: int8 rows of 136 and 144 bytes, int4 and nvfp4 rows of 72) or by cp.async: the same
+// bits, in the split shape (5 and 100 tokens: two stages, then ping buffers) and the narrow one
+// (140 tokens, ping buffers).
+TEST_F(CudaOpsTest, FlashOneWarpCopiesGiveTheSameBits) {
+  const int64_t kv_heads = 4, heads = 16, hd = 128, row = heads * hd;
+  const std::pair<KVQuant, int64_t> formats[] = {
+      {KVQuant::kInt8, 32}, {KVQuant::kInt8, 16}, {KVQuant::kInt4, 32}, {KVQuant::kNvfp4, 0}};
+  const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), 0};
+  for (const int64_t bs : {int64_t{16}, int64_t{64}}) {
+    for (const int64_t num_seqs : {int64_t{5}, int64_t{100}, int64_t{140}}) {
+      std::vector<int64_t> prompt, lengths;
+      for (int64_t i = 0; i < num_seqs; ++i) {
+        prompt.push_back(1 + (i * 37 + 11) % 520);
+        lengths.push_back(prompt.back() + 1);
+      }
+      StepCase c;
+      MakeTables(lengths, bs, 17, &c);
+      std::vector<int64_t> zeros(num_seqs, 0), ones(num_seqs, 1);
+      for (const auto& [quant, group] : formats) {
+        SCOPED_TRACE(std::string(KVQuantName(quant)) + " group " +
+                     std::to_string(group) + ", block " + std::to_string(bs) + ", " + std::to_string(num_seqs) +
+                     " sequences");
+        KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
+        shape.quant = quant;
+        shape.group_size = group;
+        auto cache = gpu_->CreateKVCache(shape);
+        const StepDescription& prefill = BuildStep(&c, bs, zeros, prompt, 100);
+        const int64_t n = prefill.num_tokens();
+        gpu_->BeginStep(prefill, *cache);
+        gpu_->WriteKV(*cache, 0, arena_->Make(n, kv_heads * hd, RandomVector(n * kv_heads * hd, 51)),
+                      arena_->Make(n, kv_heads * hd, RandomVector(n * kv_heads * hd, 52)));
+        gpu_->BeginStep(BuildStep(&c, bs, prompt, ones, 100), *cache);
+        gpu_->WriteKV(*cache, 0, arena_->Make(num_seqs, kv_heads * hd, RandomVector(num_seqs * kv_heads * hd, 53)),
+                      arena_->Make(num_seqs, kv_heads * hd, RandomVector(num_seqs * kv_heads * hd, 54)));
+        const TensorView q = arena_->Make(num_seqs, row, RandomVector(num_seqs * row, 55));
+        std::vector<float> got[2];
+        for (const bool tma : {true, false}) {
+          cuda::SetFlashRowsTma(tma);
+          const TensorView out = arena_->Make(num_seqs, row);
+          gpu_->PagedAttention(*cache, 0, layer, q, out);
+          got[tma ? 0 : 1] = arena_->Read(out);
+        }
+        cuda::SetFlashRowsTma(true);
+        ASSERT_EQ(got[0].size(), got[1].size());
+        EXPECT_TRUE(std::all_of(got[0].begin(), got[0].end(), [](float x) { return std::isfinite(x); }));
+        EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0)
+            << "the TMA copies give other bits than cp.async";
+      }
+    }
+  }
+}
+
 // The wgmma shape's building blocks (flash_wgmma.cuh's swizzled tiles and descriptors, the SS and
 // RS products) against a float64 reference of the same rounded inputs: S = Q K^T and O = P V for
 // one tile, bf16 and f16, head dims 64 and 128.

@@ -16,9 +16,13 @@
 #include "kernels/cuda/flash_kernel_args.cuh"
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/launch_info.h"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/smem_limit.cuh"
+#include "kernels/cuda/tensor_map.h"
+#include "kernels/cuda/tma.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -50,10 +54,22 @@ __host__ __device__ constexpr int KVSmemBytes() {
   }
 }
 
+// The one-warp shapes' shared memory past their tiles (and merged O): up to 127 bytes to put
+// the tiles on a 128-byte boundary, then the bulk copies' barriers (K and V, or two stages).
+constexpr int kOneWarpExtraBytes = 128 + 2 * 8;
+
 // kRows8: the warp's rows 8-15 are padding (one token a warp, at most 8 query heads a KV head:
 // decode), so they are not computed (flash_tile.cuh); the same bits for rows 0-7.
+// The one-warp shapes with a.tma copy each tile's rows by TMA (k_map, v_map: the caches as rows
+// of one KV head, in boxes of a paged block's slots (at most 64) x the tile's row pitch): lane 0
+// issues a tile's boxes, completing on the buffer's mbarrier; blocks outside the keys [lo, hi]
+// come from a negative row, zeros (the caches are zeroed at allocation: the slots of a partly
+// used block that no token wrote are read and masked). Else every lane copies 16-byte pieces
+// by cp.async. The same values land either way.
 template <typename KV, int HD, int kWarps, bool kSplit, bool kPing, bool kRows8>
-__global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a) {
+__global__ void __launch_bounds__(kWarps * 32)
+    FlashAttentionKernel(const __grid_constant__ KernelArgs a, const __grid_constant__ CUtensorMap k_map,
+                         const __grid_constant__ CUtensorMap v_map) {
   using Geo = Geometry<HD>;
   using Row = typename KVKind<KV>::Row;
   constexpr bool kKRegs = KVKind<KV>::kKRegs;
@@ -64,7 +80,11 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   constexpr int kH = kRows8 ? 1 : 2;  // the thread's rows computed: g, and g + 8 unless kRows8
   constexpr int kKVBytes = KVSmemBytes<HD, kWarps, kSplit, kPing, KV>();
   constexpr int kThreads = kWarps * 32;
-  extern __shared__ __align__(16) uint8_t smem[];
+  constexpr bool kOneWarp = kWarps == 1;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  // The one-warp shapes' tiles from a 128-byte boundary (their bulk copies' destinations).
+  uint8_t* smem = kOneWarp ? smem_raw + ((128 - (SmemAddr(smem_raw) & 127)) & 127) : smem_raw;
+  const bool tma = kOneWarp && kQuant && !kFp8Row<Row> && a.tma != 0;  // FlashRowsTma's formats
   AllowDependentLaunch();  // the merge (or the o GEMM) after it waits for its end
   const PagedAttentionParams& p = a.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
@@ -196,6 +216,32 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
   };
   auto load_raw_k = [&](uint8_t* dst, int j) { load_raw(dst, k_base, k_slot_bytes, k_row_bytes, j); };
   auto load_raw_v = [&](uint8_t* dst, int j) { load_raw(dst, v_base, v_slot_bytes, v_row_bytes, j); };
+  // TMA (tma): a tile's raw rows at their pitch, each box from the 16-byte boundary at or before
+  // the KV head's row (a box's first column must be 16-byte aligned), so every row starts
+  // k_off / v_off bytes into its raw row, as cp.async lands it. Barrier b (ping buffers: 0 K,
+  // 1 V; else stage b) sits past the tiles and the merged O.
+  constexpr int kPitch = Raw::kRowBytes;
+  const int k_col = kvh * k_row_bytes & ~15, v_col = kvh * v_row_bytes & ~15;
+  const int k_off = kvh * k_row_bytes & 15, v_off = kvh * v_row_bytes & 15;
+  const uint32_t tma_bars = SmemAddr(smem + kKVBytes + (kSplit ? 0 : Geo::kOutFloats * kThreads * 4));
+  const int box = min(static_cast<int>(p.block_size), kKeyTile), boxes = kKeyTile / box;
+  // Lane e < boxes: the row of tile j's box e (a paged block, or 64 slots of a larger one; out
+  // of [lo, hi]: a negative row, zeros). The lanes read their table entries at once, a tile
+  // ahead of its copies, so the reads' latency stays off the copies' path.
+  auto tile_rows = [&](int j) {
+    const int key0 = j * kKeyTile + lane * box;
+    return lane < boxes && key0 + box - 1 >= lo && key0 <= hi
+               ? table[key0 >> bs_shift] * static_cast<int>(p.block_size) + (key0 & bs_mask)
+               : -box;
+  };
+  // The warp: a tile's boxes (their rows `at`, from tile_rows) into dst, lane 0 issuing the
+  // copies.
+  auto tma_tile = [&](uint8_t* dst, const CUtensorMap& map, int col, int at, uint32_t bar) {
+    for (int i = 0; i < boxes; ++i) {
+      const int row = __shfl_sync(0xffffffffu, at, i);
+      if (lane == 0) TmaLoad2D(SmemAddr(dst + i * box * kPitch), map, col, row, bar);
+    }
+  };
   // Tile j's K or V alone (the ping buffers).
   auto load_k = [&](uint8_t* ks, int j) { load_rows.template operator()<true, false>(ks, nullptr, j); };
   auto load_v = [&](uint8_t* vs, int j) { load_rows.template operator()<false, true>(nullptr, vs, j); };
@@ -270,6 +316,21 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
       }
     }
   };
+  // TMA: the raw tiles' row offsets (the same for every row of a head), and lane 0 initializes
+  // the barriers.
+  auto init_tma = [&]<size_t N>(uint8_t* const (&k_tiles)[N], uint8_t* const (&v_tiles)[N]) {
+#pragma unroll
+    for (size_t i = 0; i < N; ++i) {
+      reinterpret_cast<uint16_t*>(k_tiles[i] + kKeyTile * Raw::kRowBytes)[lane] = static_cast<uint16_t>(k_off * 0x101);
+      reinterpret_cast<uint16_t*>(v_tiles[i] + kKeyTile * Raw::kRowBytes)[lane] = static_cast<uint16_t>(v_off * 0x101);
+    }
+    if (lane == 0) {
+      MbarrierInit(tma_bars, 1);
+      MbarrierInit(tma_bars + 8, 1);
+      FenceProxyAsyncShared();
+    }
+    __syncwarp();
+  };
   if constexpr (kPing) {
     // One K and one V buffer (quantized caches: raw rows; int8 and int4 also one bf16 tile
     // they are converted into): K of the next tile loads once this one's K is scored (int8,
@@ -277,30 +338,58 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     uint8_t* kb = smem;
     uint8_t* vb = smem + (kQuant ? Raw::kTileBytes : Geo::kTileBytes);
     uint8_t* tile = smem + 2 * Raw::kTileBytes;
-    auto load_kb = [&](int j) {
-      if constexpr (kQuant) {
+    if (tma) init_tma({kb}, {vb});
+    uint32_t k_phase = 0, v_phase = 0;
+    // TMA: at (tile_rows) for the tile being loaded.
+    auto load_kb = [&](int j, int at) {
+      if (tma) {
+        if (lane == 0) MbarrierArriveExpectTx(tma_bars, kKeyTile * kPitch);
+        tma_tile(kb, k_map, k_col, at, tma_bars);
+      } else if constexpr (kQuant) {
         load_raw_k(kb, j);
       } else {
         load_k(kb, j);
       }
     };
-    auto load_vb = [&](int j) {
-      if constexpr (kQuant) {
+    auto load_vb = [&](int j, int at) {
+      if (tma) {
+        if (lane == 0) MbarrierArriveExpectTx(tma_bars + 8, kKeyTile * kPitch);
+        tma_tile(vb, v_map, v_col, at, tma_bars + 8);
+      } else if constexpr (kQuant) {
         load_raw_v(vb, j);
       } else {
         load_v(vb, j);
       }
     };
-    load_kb(tile_lo);
+    // K (V) of tile j landed (cp.async: V of tile j, K of tile j + 1 may still be in flight).
+    auto wait_kb = [&] {
+      if (tma) {
+        MbarrierWait(tma_bars, k_phase);
+        k_phase ^= 1;
+      } else {
+        CpAsyncWait<1>();
+      }
+    };
+    auto wait_vb = [&] {
+      if (tma) {
+        MbarrierWait(tma_bars + 8, v_phase);
+        v_phase ^= 1;
+      } else {
+        CpAsyncWait<1>();
+      }
+    };
+    int boxes_at = tma ? tile_rows(tile_lo) : 0;
+    load_kb(tile_lo, boxes_at);
     CpAsyncCommit();
-    load_vb(tile_lo);
+    load_vb(tile_lo, boxes_at);
     CpAsyncCommit();
     for (int j = tile_lo; j <= tile_hi; ++j) {
+      if (tma && j < tile_hi) boxes_at = tile_rows(j + 1);
       const int tile_start = j * kKeyTile;
       const bool active = tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo;
       const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
       float s[8][4];
-      CpAsyncWait<1>();  // K of tile j (V of tile j may still be in flight)
+      wait_kb();  // K of tile j (V of tile j may still be in flight)
       barrier();
       if constexpr (kKRegs) {
         if (active) ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{kb, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
@@ -310,17 +399,17 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
         if (active) ScoreTile<T, HD, kRows8>(kb, tile_start, qf, rows, a.scale_log2, mask, st, s);
       }
       barrier();  // K read: the next tile's K may overwrite it
-      if (j < tile_hi) load_kb(j + 1);
+      if (j < tile_hi) load_kb(j + 1, boxes_at);
       CpAsyncCommit();
       if constexpr (kQuant && !kKRegs) {
         if (active) ScoreTile<T, HD, kRows8>(tile, tile_start, qf, rows, a.scale_log2, mask, st, s);
       }
-      CpAsyncWait<1>();  // V of tile j
-      barrier();         // (and the scores have read the tile)
+      wait_vb();  // V of tile j
+      barrier();  // (and the scores have read the tile)
       if constexpr (kQuant && !kKRegs) {
         DequantizeTile<Row, HD, kThreads>(vb, tile, a.v_scale_group);
         barrier();
-        if (j < tile_hi) load_vb(j + 1);
+        if (j < tile_hi) load_vb(j + 1, boxes_at);
         CpAsyncCommit();
         if (active) AddValues<T, HD, kRows8>(tile, s, st);
         barrier();
@@ -331,7 +420,7 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
           if (active) AddValues<T, HD, kRows8>(vb, s, st);
         }
         barrier();
-        if (j < tile_hi) load_vb(j + 1);
+        if (j < tile_hi) load_vb(j + 1, boxes_at);
         CpAsyncCommit();
       }
       end_tile(j);
@@ -343,21 +432,35 @@ __global__ void __launch_bounds__(kWarps * 32) FlashAttentionKernel(KernelArgs a
     constexpr int kStage = kQuant ? 2 * Raw::kTileBytes : Geo::kStageBytes;
     uint8_t* kt = smem + 2 * kStage;
     uint8_t* vt = kt + Geo::kTileBytes;
-    auto load_stage = [&](int stage, int j) {
+    constexpr int kVOffset = kQuant ? Raw::kTileBytes : Geo::kTileBytes;
+    if (tma) init_tma({smem, smem + kStage}, {smem + kVOffset, smem + kStage + kVOffset});
+    // TMA: at (tile_rows) for tile j.
+    auto load_stage = [&](int stage, int j, int at) {
       uint8_t* r = smem + stage * kStage;
-      if constexpr (kQuant) {
+      if (tma) {
+        const uint32_t bar = tma_bars + 8 * stage;
+        if (lane == 0) MbarrierArriveExpectTx(bar, 2 * kKeyTile * kPitch);
+        tma_tile(r, k_map, k_col, at, bar);
+        tma_tile(r + kVOffset, v_map, v_col, at, bar);
+      } else if constexpr (kQuant) {
         load_raw_k(r, j);
         load_raw_v(r + Raw::kTileBytes, j);
       } else {
         load_rows.template operator()<true, true>(r, r + Geo::kTileBytes, j);
       }
     };
-    load_stage(0, tile_lo);
+    load_stage(0, tile_lo, tma ? tile_rows(tile_lo) : 0);
     CpAsyncCommit();
+    int boxes_at = tma && tile_lo < tile_hi ? tile_rows(tile_lo + 1) : 0;
     for (int j = tile_lo; j <= tile_hi; ++j) {
-      if (j < tile_hi) load_stage((j + 1 - tile_lo) & 1, j + 1);
+      if (j < tile_hi) load_stage((j + 1 - tile_lo) & 1, j + 1, boxes_at);
+      if (tma && j + 1 < tile_hi) boxes_at = tile_rows(j + 2);
       CpAsyncCommit();
-      CpAsyncWait<1>();
+      if (tma) {
+        MbarrierWait(tma_bars + 8 * ((j - tile_lo) & 1), ((j - tile_lo) >> 1) & 1);
+      } else {
+        CpAsyncWait<1>();
+      }
       barrier();
       if constexpr (kQuant && !kKRegs) {
         const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
@@ -465,15 +568,16 @@ __global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial, _
   }
 }
 
+// maps: the one-warp shapes' K and V tensor maps when a.tma (FlashRowsTma), else unused.
 template <typename KV, int HD, int kWarps, bool kSplit, bool kPing, bool kRows8 = false>
-void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl) {
+void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl, const CUtensorMap (&maps)[2]) {
   using Geo = Geometry<HD>;
-  constexpr int kSmem =
-      KVSmemBytes<HD, kWarps, kSplit, kPing, KV>() + (kSplit ? 0 : Geo::kOutFloats * kWarps * 32 * 4);
+  constexpr int kSmem = KVSmemBytes<HD, kWarps, kSplit, kPing, KV>() +
+                        (kSplit ? 0 : Geo::kOutFloats * kWarps * 32 * 4) + (kWarps == 1 ? kOneWarpExtraBytes : 0);
   static uint32_t devices_done = 0;
   AllowSmem(FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing, kRows8>, kSmem, &devices_done);
   LaunchDependent(FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing, kRows8>, grid, dim3(kWarps * 32), kSmem, stream,
-                  pdl, a);
+                  pdl, a, maps[0], maps[1]);
 }
 
 // The one-warp shapes take the K/V ping buffers when the grid has more blocks than the
@@ -492,16 +596,38 @@ bool UsePing(int64_t blocks) { return blocks > 3 * static_cast<int64_t>(SmCount(
 // so does head dim 64, where ptxas capped kRows8 kernels at 96 registers with 122 bytes of
 // spills.
 template <typename KV, int HD, bool kSplit>
-void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t stream, bool pdl) {
+void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t stream, bool pdl,
+                   const CUtensorMap (&maps)[2]) {
   if constexpr (!kQuantKV<KV> && HD == 128) {
     if (a.group <= 8) {
-      ping ? LaunchKernel<KV, HD, 1, kSplit, true, true>(a, grid, stream, pdl)
-           : LaunchKernel<KV, HD, 1, kSplit, false, true>(a, grid, stream, pdl);
+      ping ? LaunchKernel<KV, HD, 1, kSplit, true, true>(a, grid, stream, pdl, maps)
+           : LaunchKernel<KV, HD, 1, kSplit, false, true>(a, grid, stream, pdl, maps);
       return;
     }
   }
-  ping ? LaunchKernel<KV, HD, 1, kSplit, true>(a, grid, stream, pdl)
-       : LaunchKernel<KV, HD, 1, kSplit, false>(a, grid, stream, pdl);
+  ping ? LaunchKernel<KV, HD, 1, kSplit, true>(a, grid, stream, pdl, maps)
+       : LaunchKernel<KV, HD, 1, kSplit, false>(a, grid, stream, pdl, maps);
+}
+
+// Whether the one-warp shapes copy int8, int4 and nvfp4 K/V tiles by TMA: paged blocks of at
+// least 8 slots (a box of 8 rows keeps 128-byte boundaries; smaller blocks would need too many
+// copies a tile) and slots 16-byte apart. The bulk copies take ~50 integer instructions a
+// 16-byte piece off the warp's path (the row's slot from the block table, its 64-bit address,
+// a division by the row's pieces), which those formats' conversions leave no room for (H100,
+// 32 query / 8 KV heads, batch 64, 8K tokens: int8 804 -> 663 us, int4 742 -> 609, nvfp4 567 ->
+// 497). fp8 (its conversion light, its loop waiting on the copies, which lane 0 now issues one
+// box after another) was slower by TMA (523 -> 575 us), and so were unquantized rows as boxes
+// of 16 x 272 bytes (batch 128, 4K tokens: 779 -> 1126 us): both keep cp.async.
+// PAGODA_FLASH_TMA=0 keeps cp.async for every format (a diagnostic: the same values land).
+bool flash_rows_tma = [] {
+  const char* e = std::getenv("PAGODA_FLASH_TMA");
+  return e == nullptr || std::string(e) != "0";
+}();
+bool FlashRowsTma(const PagedAttentionParams& p, int64_t k_row_bytes, int64_t v_row_bytes) {
+  const KVQuant quant = p.k_format.quant;
+  return flash_rows_tma && (quant == KVQuant::kInt8 || quant == KVQuant::kInt4 || quant == KVQuant::kNvfp4) &&
+         p.block_size >= 8 && (p.num_kv_heads * k_row_bytes) % 16 == 0 &&
+         (p.num_kv_heads * v_row_bytes) % 16 == 0 && Aligned16(p.k_cache) && Aligned16(p.v_cache);
 }
 
 template <typename KV, int HD>
@@ -523,14 +649,33 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
   a.k_scale_group = static_cast<int>(std::min<int64_t>(p.k_format.group, HD));
   a.v_scale_group = static_cast<int>(std::min<int64_t>(p.v_format.group, HD));
   a.v_global = p.v_format.tensor_scale > 0.0f ? p.v_format.tensor_scale : 1.0f;
+  a.tma = 0;
   const unsigned kv = static_cast<unsigned>(p.num_kv_heads);
+  // The one-warp shapes' tensor maps over quantized caches: a slot's rows of every KV head as
+  // one row of bytes, boxes of a paged block's slots x the raw row pitch.
+  CUtensorMap maps[2] = {};
+  auto one_warp_maps = [&] {
+    if constexpr (kQuantKV<KV>) {
+      if (!FlashRowsTma(p, a.k_row_bytes, a.v_row_bytes)) return;
+      constexpr int kPitch = RawGeometry<typename KVKind<KV>::Row, HD>::kRowBytes;
+      const int box_rows = static_cast<int>(std::min<int64_t>(p.block_size, kKeyTile));
+      const void* bases[2] = {p.k_cache, p.v_cache};
+      const int64_t row_bytes[2] = {a.k_row_bytes, a.v_row_bytes};
+      for (int i = 0; i < 2; ++i) {
+        const int64_t slot = p.num_kv_heads * row_bytes[i];
+        maps[i] = PitchedRowsTensorMap(bases[i], INT32_MAX, slot, slot, 1, kPitch, box_rows);
+      }
+      a.tma = 1;
+    }
+  };
   switch (shape) {
     case FlashShape::kSplit: {
       const int depth = FlashSplitDepth(max_keys);
       a.tokens_per_warp = 1;
       const dim3 grid(static_cast<unsigned>(p.num_tokens), kv, static_cast<unsigned>(depth));
       const bool ping = UsePing(p.num_tokens * p.num_kv_heads * depth);
-      LaunchOneWarp<KV, HD, true>(a, grid, ping, stream, pdl);
+      one_warp_maps();
+      LaunchOneWarp<KV, HD, true>(a, grid, ping, stream, pdl, maps);
       if (depth > 1) {
         LaunchDependent(FlashMergeKernel<HD>, dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)),
                         dim3(HD), 0, stream, pdl, p, scratch, a.out_bf16);
@@ -541,7 +686,8 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
       a.tokens_per_warp = 1;
       const bool ping = UsePing(p.num_tokens * p.num_kv_heads);
       const dim3 grid(static_cast<unsigned>(p.num_tokens), kv);
-      LaunchOneWarp<KV, HD, false>(a, grid, ping, stream, pdl);
+      one_warp_maps();
+      LaunchOneWarp<KV, HD, false>(a, grid, ping, stream, pdl, maps);
       return;
     }
     case FlashShape::kWide:
@@ -552,7 +698,7 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
           return;
         }
       }
-      LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
+      LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl, maps);
       return;
   }
 }
@@ -571,6 +717,8 @@ bool IntRegsServe(const PagedAttentionParams& p) {
 }
 
 }  // namespace
+
+void SetFlashRowsTma(bool on) { flash_rows_tma = on; }
 
 bool FlashAttentionSupports(const PagedAttentionParams& p) {
   if (p.head_dim != 64 && p.head_dim != 128) return false;

@@ -126,8 +126,10 @@ struct RawGeometry {
                                    : std::is_same_v<KV, Nvfp4Row> ? (HD / 2 + HD / 16 + 15 + 15) / 16 * 16
                                                                   : HD + 16;
   static constexpr int kChunks = kRowBytes / 16;
-  static constexpr int kTileBytes = kKeyTile * kRowBytes + kKeyTile;  // rows, then their offsets
-  static_assert(kTileBytes % 16 == 0, "the buffers after a raw tile stay 16-byte aligned");
+  // Rows, then their offsets, rounded up to 128 bytes: the one-warp shapes' bulk tensor copies
+  // write each tile at a 128-byte boundary.
+  static constexpr int kTileBytes = (kKeyTile * kRowBytes + kKeyTile + 127) / 128 * 128;
+  static_assert(kRowBytes % 16 == 0, "8 rows (the smallest box of a copy) keep 128-byte boundaries");
 };
 
 // Row r of a raw tile: its first byte, past the offset stored after the rows.
