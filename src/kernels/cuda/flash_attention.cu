@@ -663,7 +663,7 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
       const int64_t row_bytes[2] = {a.k_row_bytes, a.v_row_bytes};
       for (int i = 0; i < 2; ++i) {
         const int64_t slot = p.num_kv_heads * row_bytes[i];
-        maps[i] = PitchedRowsTensorMap(bases[i], INT32_MAX, slot, slot, 1, kPitch, box_rows);
+        maps[i] = PitchedRowsTensorMap(bases[i], INT32_MAX, slot, slot, kPitch, box_rows);
       }
       a.tma = 1;
     }

@@ -38,20 +38,17 @@ CUtensorMap Bf16TensorMap(const void* base, int64_t rows, int64_t cols, int64_t 
   return map;
 }
 
-CUtensorMap PitchedRowsTensorMap(const void* base, int64_t rows, int64_t row_bytes, int64_t row_stride,
-                                 int element_bytes, int box_bytes, int box_rows) {
-  PAGODA_CHECK((element_bytes == 1 || element_bytes == 2) && row_bytes % element_bytes == 0 && box_bytes % 16 == 0)
-      << "PitchedRowsTensorMap: rows of " << row_bytes << " bytes in boxes of " << box_bytes << " as " << element_bytes
-      << "-byte elements";
+CUtensorMap PitchedRowsTensorMap(const void* base, int64_t rows, int64_t row_bytes, int64_t row_stride, int box_bytes,
+                                 int box_rows) {
+  PAGODA_CHECK(box_bytes % 16 == 0 && box_bytes <= 256) << "PitchedRowsTensorMap: boxes of " << box_bytes << " bytes";
   CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_bytes / element_bytes), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes / element_bytes), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_bytes), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r =
-      Encoder()(&map, element_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
-                const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = Encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(base), dims, strides, box,
+                               element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   PAGODA_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for " << rows
                                   << " rows of " << row_bytes << " bytes, " << row_stride << " apart, boxes of "
                                   << box_rows << " x " << box_bytes << " bytes";

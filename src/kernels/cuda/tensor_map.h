@@ -15,13 +15,13 @@ namespace pagoda::cuda {
 CUtensorMap Bf16TensorMap(const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows);
 
 // Rows of `row_bytes` bytes, `row_stride` bytes apart (a multiple of 16), at `base` (16-byte
-// aligned), as elements of `element_bytes` (1 or 2), read in boxes of box_rows x box_bytes (a
-// multiple of 16, at most 256 elements) stored unswizzled, box_bytes apart in shared memory:
-// FlashAttention's one-warp shapes copy a tile's quantized rows of one KV head (codes and
-// scales) as whole paged blocks, each row at its padded pitch. A box's first column must be a
-// 16-byte multiple (else the copy faults: an illegal instruction). Reads past a row's end or
-// before row 0 give zeros. Throws pagoda::Error when the driver refuses it.
-CUtensorMap PitchedRowsTensorMap(const void* base, int64_t rows, int64_t row_bytes, int64_t row_stride,
-                                 int element_bytes, int box_bytes, int box_rows);
+// aligned), read in boxes of box_rows x box_bytes (a multiple of 16, at most 256) stored
+// unswizzled, box_bytes apart in shared memory: FlashAttention's one-warp shapes copy a tile's
+// quantized rows of one KV head (codes and scales) as whole paged blocks, each row at its padded
+// pitch. A box's first column must be a 16-byte multiple (else the copy faults: an illegal
+// instruction). Reads past a row's end or before row 0 give zeros. Throws pagoda::Error when the
+// driver refuses it.
+CUtensorMap PitchedRowsTensorMap(const void* base, int64_t rows, int64_t row_bytes, int64_t row_stride, int box_bytes,
+                                 int box_rows);
 
 }  // namespace pagoda::cuda
