@@ -1,4 +1,4 @@
-// What FlashAttention's kernels (flash_attention.cu's mma.sync kernel, flash_wgmma.cu's
+// What FlashAttention's kernels (flash_kernel.cuh's mma.sync kernel, flash_wgmma.cu's
 // warpgroup kernel) share: their arguments, a row's window start and a warp's rows; and the
 // wgmma shape's launch, which flash_attention.cu's launcher calls.
 #pragma once
@@ -13,6 +13,9 @@
 #include "kernels/params/attention_params.h"
 
 namespace pagoda::cuda::flash {
+
+// Warps a block of the mma.sync kernel's wide (prefill) shape: 64 query rows.
+constexpr int kWideWarps = 4;
 
 struct KernelArgs {
   PagedAttentionParams p;

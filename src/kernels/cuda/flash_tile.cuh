@@ -1,5 +1,5 @@
 // FlashAttention's tile of 64 keys on tensor cores (mma.sync m16n8k16), shared by its launch
-// shapes (flash_attention.cu): the shared-memory geometry, a thread's rows and online-softmax
+// shapes (flash_kernel.cuh): the shared-memory geometry, a thread's rows and online-softmax
 // state, the segment merge's roundings, and the two products of a tile: S = Q K^T with the
 // softmax (K's fragments from a 16-bit tile or from a source such as RawFp8K) and O += P V.
 #pragma once
