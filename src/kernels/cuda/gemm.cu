@@ -15,6 +15,7 @@
 #include "kernels/cuda/gemm_mma.cuh"
 #include "kernels/cuda/gemm_tile.cuh"
 #include "kernels/cuda/gemm_wgmma.cuh"
+#include "kernels/cuda/smem_limit.cuh"
 #include "kernels/cuda/launch_info.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -48,11 +49,8 @@ std::pair<void (*)(Args), int> KernelFor() {
     kernel = GemmMmaKernel<T, kMode>;
     smem = T::kPipelineBytes;
   }
-  static bool configured = false;
-  if (!configured) {
-    PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    configured = true;
-  }
+  static uint32_t devices_done = 0;
+  AllowSmem(kernel, smem, &devices_done);
   return {kernel, smem};
 }
 
@@ -104,12 +102,8 @@ const bool gemv_chunks = [] {
 }();
 
 void LaunchGemvChunks(const Args& a, int splits, cudaStream_t stream) {
-  static bool configured = false;
-  if (!configured) {
-    PAGODA_CUDA_CHECK(cudaFuncSetAttribute(GemvChunksKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           GemvTile::SmemBytes(GemvTile::kXRows, kMaxChunks)));
-    configured = true;
-  }
+  static uint32_t devices_done = 0;
+  AllowSmem(GemvChunksKernel, GemvTile::SmemBytes(GemvTile::kXRows, kMaxChunks), &devices_done);
   LaunchDependent(GemvChunksKernel, dim3((a.n + GemvTile::BN - 1) / GemvTile::BN), dim3(32 * splits),
                   static_cast<size_t>(GemvTile::SmemBytes(a.m, splits)), stream, a.pdl, a);
 }
