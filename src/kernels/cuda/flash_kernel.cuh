@@ -96,23 +96,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float* q_rows[2] = {rows.valid[0] ? p.q + out_rows[0] * HD : nullptr,
                             rows.valid[1] ? p.q + out_rows[1] * HD : nullptr};
   // The warp's keys [w_lo, w_hi] and the keys every row of it sees [w_all_lo, w_all_hi].
-  int w_lo = INT_MAX, w_hi = -1, w_all_lo = 0, w_all_hi = INT_MAX;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (rows.valid[h]) {
-      w_lo = min(w_lo, rows.first[h]);
-      w_hi = max(w_hi, rows.pos[h]);
-      w_all_lo = max(w_all_lo, rows.first[h]);
-      w_all_hi = min(w_all_hi, rows.pos[h]);
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    w_lo = min(w_lo, __shfl_xor_sync(0xffffffffu, w_lo, o));
-    w_hi = max(w_hi, __shfl_xor_sync(0xffffffffu, w_hi, o));
-    w_all_lo = max(w_all_lo, __shfl_xor_sync(0xffffffffu, w_all_lo, o));
-    w_all_hi = min(w_all_hi, __shfl_xor_sync(0xffffffffu, w_all_hi, o));
-  }
+  const WarpKeys keys = WarpKeyRange(rows);
+  const int w_lo = keys.lo, w_hi = keys.hi, w_all_lo = keys.all_lo, w_all_hi = keys.all_hi;
 
   // Launched as a programmatic dependent (a.pdl): the positions and block tables above are the
   // step's, uploaded before its first kernel; Q and the step's own K/V rows come from the kernel

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "kernels/cuda/flash_attention.h"
@@ -56,6 +57,31 @@ __device__ __forceinline__ void WarpRows(const KernelArgs& a, int w_begin, int w
       out_rows[h] = 0;
     }
   }
+}
+
+// The keys of a warp's rows (Rows): any of them sees [lo, hi], every one [all_lo, all_hi].
+struct WarpKeys {
+  int lo, hi, all_lo, all_hi;
+};
+__device__ __forceinline__ WarpKeys WarpKeyRange(const Rows& rows) {
+  WarpKeys k{INT_MAX, -1, 0, INT_MAX};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rows.valid[h]) {
+      k.lo = min(k.lo, rows.first[h]);
+      k.hi = max(k.hi, rows.pos[h]);
+      k.all_lo = max(k.all_lo, rows.first[h]);
+      k.all_hi = min(k.all_hi, rows.pos[h]);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    k.lo = min(k.lo, __shfl_xor_sync(0xffffffffu, k.lo, o));
+    k.hi = max(k.hi, __shfl_xor_sync(0xffffffffu, k.hi, o));
+    k.all_lo = max(k.all_lo, __shfl_xor_sync(0xffffffffu, k.all_lo, o));
+    k.all_hi = min(k.all_hi, __shfl_xor_sync(0xffffffffu, k.all_hi, o));
+  }
+  return k;
 }
 
 // The wide shape on warpgroup products (flash_wgmma.cu) for T = __nv_bfloat16 or __half and

@@ -69,23 +69,11 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   Rows rows;
   int64_t out_rows[2];
   WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
-  int w_lo = INT_MAX, w_hi = -1;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (rows.valid[h]) {
-      w_lo = min(w_lo, rows.first[h]);
-      w_hi = max(w_hi, rows.pos[h]);
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    w_lo = min(w_lo, __shfl_xor_sync(0xffffffffu, w_lo, o));
-    w_hi = max(w_hi, __shfl_xor_sync(0xffffffffu, w_hi, o));
-  }
+  const WarpKeys keys = WarpKeyRange(rows);
   int (*range_s)[4 * kGroups] = reinterpret_cast<int (*)[4 * kGroups]>(small + WG::kBarriers * 8);
   if (wg < kGroups && lane == 0) {
-    range_s[0][cw] = w_lo;
-    range_s[1][cw] = w_hi;
+    range_s[0][cw] = keys.lo;
+    range_s[1][cw] = keys.hi;
   }
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
