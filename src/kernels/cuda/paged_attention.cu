@@ -8,6 +8,7 @@
 #include "kernels/cuda/kv_types.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/online_softmax.cuh"
+#include "kernels/cuda/smem_limit.cuh"
 
 namespace pagoda::cuda {
 namespace {
@@ -392,12 +393,8 @@ __global__ void MergeSplitsKernel(PagedAttentionParams p, const float* partial) 
 template <typename T, int HD, int G, bool kSplitMode>
 void LaunchGroupedKernel(const PagedAttentionParams& p, int splits, float* scratch, cudaStream_t stream) {
   using S = GroupedShape<T, HD, G>;
-  static bool configured = false;
-  if (!configured) {
-    PAGODA_CUDA_CHECK(cudaFuncSetAttribute(GroupedAttentionKernel<T, HD, G, kSplitMode>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem));
-    configured = true;
-  }
+  static uint32_t devices_done = 0;
+  AllowSmem(GroupedAttentionKernel<T, HD, G, kSplitMode>, S::kSmem, &devices_done);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(kSplitMode ? splits : 1));
   GroupedAttentionKernel<T, HD, G, kSplitMode><<<grid, kGroupThreads, S::kSmem, stream>>>(p, scratch);
