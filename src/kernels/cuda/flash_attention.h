@@ -49,8 +49,7 @@ struct FlashWorkItem {
 // or 128, group size <= 16, power-of-two block size).
 bool FlashAttentionSupports(const PagedAttentionParams& p);
 
-// Steps of at most this many tokens run split; scratch holds their partial states (and the
-// wide shape's wgmma kernel its work queue, a counter in its first 4 bytes).
+// Steps of at most this many tokens run split; scratch holds their partial states.
 constexpr int64_t kFlashSplitMaxTokens = 128;
 constexpr int kFlashMaxSegments = 32;
 int64_t FlashAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim);
@@ -93,10 +92,6 @@ std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_l
 enum class FlashWgmma { kAuto, kOff, kOn };
 constexpr int64_t kFlashWgmmaMinKeys = 1024;  // both head dims
 void SetFlashWgmma(FlashWgmma mode);
-// Its grid: one wave of blocks (0, the default) that walk the works (work items x KV heads), the
-// producer copying a block's next work's first tiles while its consumers finish the last one; at
-// most max_blocks (> 0, a test's few blocks with many works each); or a block a work (< 0).
-void SetFlashWgmmaBlocks(int64_t max_blocks);
 // Its building blocks alone (a test): S = Q K^T [64 x 64] and O = P V [64 x head_dim] for one
 // tile, q/k/v [64, head_dim] and p [64, 64] f32 device rows rounded to bf16 (f16: f16).
 void WgmmaTileProductsForTest(const float* q, const float* k, const float* v, const float* p, float* s, float* o,

@@ -3,7 +3,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -29,43 +28,6 @@ template <int N>
 __device__ __forceinline__ void FenceOperands(float* r) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-
-// A work of the wgmma kernel: KV head kvh's rows of tokens [t_begin, t_end), which see keys
-// [lo, hi] (hi < 0: no valid row).
-struct WgWork {
-  int kvh, t_begin, t_end, lo, hi;
-};
-
-// The keys that the rows of a block's 4 x kGroups consumer warps see (the union of their
-// WarpKeyRange), as any whole warp of the block computes them: lane l takes (warp, g) pairs l,
-// l + 32, ... and the warp reduces.
-template <int kGroups>
-__device__ __forceinline__ void BlockKeyRange(const KernelArgs& a, int t_begin, int t_end, int kvh, int lane,
-                                              int& lo, int& hi) {
-  lo = INT_MAX;
-  hi = -1;
-#pragma unroll
-  for (int i = 0; i < kGroups; ++i) {
-    const int c = lane + 32 * i, cw = c >> 3, g = c & 7;
-    const int w_begin = min(t_end, t_begin + cw * a.tokens_per_warp);
-    const int w_end = min(t_end, w_begin + a.tokens_per_warp);
-    Rows rows;
-    int64_t out_rows[2];
-    WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (rows.valid[h]) {
-        lo = min(lo, rows.first[h]);
-        hi = max(hi, rows.pos[h]);
-      }
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
-    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
-  }
 }
 
 // The wide shape on Hopper warpgroup products (flash_wgmma.cuh): bf16/f16 caches, the same
@@ -95,10 +57,24 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   auto v_tile = [&](int stage) { return base + WG::kVOffset + stage * WG::kTileBytes; };
   // Barrier b of stage s: b = 0 K full, 1 V full, 2 K empty, 3 V empty.
   auto bar = [&](int b, int stage) { return SmemAddr(small) + (b * kStages + stage) * 8; };
-  // The work slots' barriers: b = 0 full, 1 empty.
-  auto work_bar = [&](int b, int slot) { return SmemAddr(small) + (4 * kStages + 2 * b + slot) * 8; };
   const PagedAttentionParams& p = a.p;
+  const int kvh = blockIdx.y;
   const int group = a.group;
+  const FlashWorkItem item = a.items[blockIdx.x];
+  const int t_begin = item.first_token, t_end = item.first_token + item.num_tokens;
+
+  // The consumer thread's rows, as the wide kernel's warp `warp` holds them.
+  const int w_begin = min(t_end, t_begin + cw * a.tokens_per_warp);
+  const int w_end = min(t_end, w_begin + a.tokens_per_warp);
+  Rows rows;
+  int64_t out_rows[2];
+  WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
+  const WarpKeys keys = WarpKeyRange(rows);
+  int (*range_s)[4 * kGroups] = reinterpret_cast<int (*)[4 * kGroups]>(small + WG::kBarriers * 8);
+  if (wg < kGroups && lane == 0) {
+    range_s[0][cw] = keys.lo;
+    range_s[1][cw] = keys.hi;
+  }
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       MbarrierInit(bar(0, s), kTma ? 1 : 128);  // the producer's copies of K (TMA: one thread)
@@ -106,171 +82,109 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
       MbarrierInit(bar(2, s), 4 * kGroups);     // every consumer warp done with K
       MbarrierInit(bar(3, s), 4 * kGroups);     // and with V
     }
-    for (int s = 0; s < 2; ++s) {
-      MbarrierInit(work_bar(0, s), 1);  // the producer's lane 0 has put a work in slot s
-      MbarrierInit(work_bar(1, s), kTma ? 4 * kGroups : 4 * kGroups + 3);  // the other warps took it
-    }
   }
   __syncthreads();
   GridDependencyWait();  // as FlashAttentionKernel: every block, before Q and K/V (a no-op without pdl)
-  // Work w is item w % num_items of KV head w / num_items. A block serves work blockIdx.x, then
-  // the works that the producer's lane 0 draws from the queue (a counter of the works drawn past
-  // the grid's first, in the step's scratch, zeroed before the launch) while the block runs, until one past the last: one work a block when the grid has a block a work; on a
-  // persistent grid of one wave each block walks several, its producer copying the next work's
-  // first tiles while the consumers finish the last one's rows, and a block that drew short works
-  // draws more (causal works differ in length up to 16-fold at 1K tokens). The stages' phases
-  // count tiles across the works. The drawn works pass to the other warps through two slots.
-  const int num_work = a.num_items * p.num_kv_heads;
-  volatile int* work_slot = reinterpret_cast<volatile int*>(small + WG::kBarriers * 8);
-  auto put_work = [&](int i, int w) {  // the producer's lane 0: the block's i-th work (or the end)
-    if (i >= 2) MbarrierWait(work_bar(1, i & 1), ((i >> 1) - 1) & 1);
-    work_slot[i & 1] = w;
-    MbarrierArrive(work_bar(0, i & 1));
-  };
-  auto take_work = [&](int i) {  // a whole warp
-    MbarrierWait(work_bar(0, i & 1), (i >> 1) & 1);
-    const int w = work_slot[i & 1];
-    __syncwarp();
-    if (lane == 0) MbarrierArrive(work_bar(1, i & 1));
-    return w;
-  };
-  unsigned int* drawn = reinterpret_cast<unsigned int*>(a.partial);
-  auto draw = [&] { return static_cast<int>(gridDim.x + atomicAdd(drawn, 1u)); };
-  auto work_at = [&](int w) {
-    WgWork k;
-    k.kvh = w / a.num_items;
-    const FlashWorkItem item = a.items[w - k.kvh * a.num_items];
-    k.t_begin = item.first_token;
-    k.t_end = item.first_token + item.num_tokens;
-    BlockKeyRange<kGroups>(a, k.t_begin, k.t_end, k.kvh, lane, k.lo, k.hi);
-    return k;
-  };
+  int lo = INT_MAX, hi = -1;
+#pragma unroll
+  for (int w = 0; w < 4 * kGroups; ++w) {
+    lo = min(lo, range_s[0][w]);
+    hi = max(hi, range_s[1][w]);
+  }
+  if (hi < 0) return;
+  const int tile_lo = lo / kKeyTile, tile_hi = hi / kKeyTile;
 
   if (wg == kGroups) {
     // The producer: K of tile n, then V of tile n - 1, each into its ring as soon as the
     // consumers are done with the stage it replaces. K runs a tile ahead of V because the
     // consumers score tile n + 1 while they multiply tile n's P by its V.
     SetMaxRegistersDec<WG::kProducerRegs>();
-    int n0 = 0;  // tiles of the works before this one (either ring)
     if constexpr (kTma) {
-      if (warp != 0) return;  // one warp finds each work's keys, its lane 0 copies
+      if (tid != 128 * kGroups) return;
+      const int32_t* table = p.block_tables[t_begin];
       const int bs = static_cast<int>(p.block_size);
       const int box = min(bs, kKeyTile), boxes = kKeyTile / box;  // rows a box, boxes a tile
       const int bs_shift = __ffs(bs) - 1;
       constexpr int kBoxes = kKeyTile / 8;  // at most
-      for (int i = 0, w = blockIdx.x;; ++i) {
-        if (lane == 0) put_work(i, w);
-        if (w >= num_work) break;
-        const int next = lane == 0 ? draw() : 0;  // read after this work's copies, its latency under them
-        const WgWork wk = work_at(w);
-        const int tile_lo = wk.lo / kKeyTile, tile_hi = wk.hi / kKeyTile;
-        if (lane == 0 && wk.hi >= 0) {
-          const int32_t* table = p.block_tables[wk.t_begin];
-          // Tile j's box rows (slot of its first key) from the block table; out of the range: a
-          // negative row, zeros.
-          auto rows_of = [&](int j, int (&row)[kBoxes]) {
+      // Tile j's box rows (slot of its first key) from the block table; out of the range: a
+      // negative row, zeros.
+      auto rows_of = [&](int j, int (&row)[kBoxes]) {
 #pragma unroll
-            for (int i = 0; i < kBoxes; ++i) {
-              const int key0 = j * kKeyTile + i * box;
-              row[i] = i < boxes && key0 + box - 1 >= wk.lo && key0 <= wk.hi
-                           ? table[key0 >> bs_shift] * bs + (key0 & (bs - 1))
-                           : -box;
-            }
-          };
-          auto load = [&](uint32_t tile, const CUtensorMap& map, const int (&row)[kBoxes], uint32_t barrier) {
-            MbarrierArriveExpectTx(barrier, WG::kTileBytes);
+        for (int i = 0; i < kBoxes; ++i) {
+          const int key0 = j * kKeyTile + i * box;
+          row[i] = i < boxes && key0 + box - 1 >= lo && key0 <= hi ? table[key0 >> bs_shift] * bs + (key0 & (bs - 1))
+                                                                 : -box;
+        }
+      };
+      auto load = [&](uint32_t tile, const CUtensorMap& map, const int (&row)[kBoxes], uint32_t barrier) {
+        MbarrierArriveExpectTx(barrier, WG::kTileBytes);
 #pragma unroll
-            for (int i = 0; i < kBoxes; ++i) {
-              if (i >= boxes) break;
+        for (int i = 0; i < kBoxes; ++i) {
+          if (i >= boxes) break;
 #pragma unroll
-              for (int h = 0; h < HD / 64; ++h) {
-                TmaLoad2D(tile + h * (kKeyTile * 128) + i * box * 128, map, wk.kvh * HD + h * 64, row[i], barrier);
-              }
-            }
-          };
-          // Tile j's rows are read from the table before the wait for its stage, their latency
-          // hidden behind it (H100, causal d128 at 4K tokens: 256 TFLOP/s against 221 read after
-          // the wait), and serve its V a tile later.
-          int k_rows[kBoxes], v_rows[kBoxes];
-          rows_of(tile_lo, k_rows);
-          for (int j = tile_lo, i = 0; j <= tile_hi + 1; ++j, ++i) {
-            if (j <= tile_hi) {
-              const int n = n0 + i, stage = n % kStages;
-              if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
-              load(k_tile(stage), k_map, k_rows, bar(0, stage));
-            }
-            if (i >= 1) {
-              const int m = n0 + i - 1, stage = m % kStages;
-              if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
-              load(v_tile(stage), v_map, v_rows, bar(1, stage));
-            }
-#pragma unroll
-            for (int b = 0; b < kBoxes; ++b) v_rows[b] = k_rows[b];
-            if (j < tile_hi) rows_of(j + 1, k_rows);
+          for (int h = 0; h < HD / 64; ++h) {
+            TmaLoad2D(tile + h * (kKeyTile * 128) + i * box * 128, map, kvh * HD + h * 64, row[i], barrier);
           }
         }
-        __syncwarp();
-        if (wk.hi >= 0) n0 += tile_hi - tile_lo + 1;
-        w = __shfl_sync(0xffffffffu, next, 0);
+      };
+      // Tile j's rows are read from the table before the wait for its stage, their latency hidden
+      // behind it (H100, causal d128 at 4K tokens: 256 TFLOP/s against 221 read after the wait),
+      // and serve its V a tile later.
+      int k_rows[kBoxes], v_rows[kBoxes];
+      rows_of(tile_lo, k_rows);
+      for (int j = tile_lo, n = 0; j <= tile_hi + 1; ++j, ++n) {
+        if (j <= tile_hi) {
+          const int stage = n % kStages;
+          if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
+          load(k_tile(stage), k_map, k_rows, bar(0, stage));
+        }
+        if (n >= 1) {
+          const int m = n - 1, stage = m % kStages;
+          if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
+          load(v_tile(stage), v_map, v_rows, bar(1, stage));
+        }
+#pragma unroll
+        for (int i = 0; i < kBoxes; ++i) v_rows[i] = k_rows[i];
+        if (j < tile_hi) rows_of(j + 1, k_rows);
       }
       return;
     }
     constexpr int kRowStep = 128 / kChunks, kPer = kKeyTile / kRowStep;  // a thread's rows a tile
     const int ptid = tid - 128 * kGroups, c = ptid % kChunks, r0 = ptid / kChunks;
+    const int32_t* table = p.block_tables[t_begin];
     const int bs_shift = __ffs(static_cast<int>(p.block_size)) - 1;
     const int bs_mask = static_cast<int>(p.block_size) - 1;
     const int64_t slot_bytes = p.num_kv_heads * HD * 2;
+    const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(kvh) * HD * 2 + c * 16;
+    const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(kvh) * HD * 2 + c * 16;
     static_assert(kRowStep % 8 == 0, "a thread's rows share their swizzle");
     const uint32_t chunk0 = WgChunk(r0, c);
-    for (int i = 0, w = blockIdx.x;; ++i) {
-      // Warp 0's lane 0 draws the works and passes them on; the other producer warps take them.
-      int next = 0;
-      if (warp == 0) {
-        if (lane == 0) put_work(i, w);
-        if (w < num_work && lane == 0) next = draw();
-      } else {
-        w = take_work(i);
-      }
-      if (w >= num_work) break;
-      const WgWork wk = work_at(w);
-      if (wk.hi < 0) {
-        if (warp == 0) w = __shfl_sync(0xffffffffu, next, 0);
-        continue;
-      }
-      const int tile_lo = wk.lo / kKeyTile, tile_hi = wk.hi / kKeyTile;
-      const int32_t* table = p.block_tables[wk.t_begin];
-      const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(wk.kvh) * HD * 2 + c * 16;
-      const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(wk.kvh) * HD * 2 + c * 16;
-      auto copy = [&](uint32_t tile, const char* src, int j) {
-        int slot[kPer];
+    auto copy = [&](uint32_t tile, const char* src, int j) {
+      int slot[kPer];
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) {  // the block table first, so its reads overlap
-          const int key = j * kKeyTile + r0 + i * kRowStep;
-          slot[i] = key >= wk.lo && key <= wk.hi ? table[key >> bs_shift] * static_cast<int>(p.block_size) + (key & bs_mask)
-                                                 : -1;
-        }
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-          CpAsync16(tile + chunk0 + i * kRowStep * 128, src + static_cast<int64_t>(max(slot[i], 0)) * slot_bytes,
-                    slot[i] >= 0);
-        }
-      };
-      for (int j = tile_lo, i = 0; j <= tile_hi + 1; ++j, ++i) {
-        if (j <= tile_hi) {
-          const int n = n0 + i, stage = n % kStages;
-          if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
-          copy(k_tile(stage), k_base, j);
-          CpAsyncArriveOn(bar(0, stage));
-        }
-        if (i >= 1) {
-          const int m = n0 + i - 1, stage = m % kStages;
-          if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
-          copy(v_tile(stage), v_base, j - 1);
-          CpAsyncArriveOn(bar(1, stage));
-        }
+      for (int i = 0; i < kPer; ++i) {  // the block table first, so its reads overlap
+        const int key = j * kKeyTile + r0 + i * kRowStep;
+        slot[i] = key >= lo && key <= hi ? table[key >> bs_shift] * static_cast<int>(p.block_size) + (key & bs_mask) : -1;
       }
-      n0 += tile_hi - tile_lo + 1;
-      if (warp == 0) w = __shfl_sync(0xffffffffu, next, 0);  // the draw's latency under the copies
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        CpAsync16(tile + chunk0 + i * kRowStep * 128, src + static_cast<int64_t>(max(slot[i], 0)) * slot_bytes,
+                  slot[i] >= 0);
+      }
+    };
+    for (int j = tile_lo, n = 0; j <= tile_hi + 1; ++j, ++n) {
+      if (j <= tile_hi) {
+        const int stage = n % kStages;
+        if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
+        copy(k_tile(stage), k_base, j);
+        CpAsyncArriveOn(bar(0, stage));
+      }
+      if (n >= 1) {
+        const int m = n - 1, stage = m % kStages;
+        if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
+        copy(v_tile(stage), v_base, j - 1);
+        CpAsyncArriveOn(bar(1, stage));
+      }
     }
     CpAsyncWait<0>();
     return;
@@ -278,235 +192,218 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
 
   // The consumers.
   SetMaxRegistersInc<WG::kConsumerRegs>();
-  int n0 = 0;  // tiles of the works before this one (either ring)
-  for (int i = 0;; ++i) {
-    const int work = take_work(i);
-    if (work >= num_work) break;
-    const WgWork wk = work_at(work);
-    if (wk.hi < 0) continue;
-    const int kvh = wk.kvh, t_begin = wk.t_begin, t_end = wk.t_end;
-    const int tile_lo = wk.lo / kKeyTile, tile_hi = wk.hi / kKeyTile;
-    // The consumer thread's rows, as the wide kernel's warp `warp` holds them.
-    const int w_begin = min(t_end, t_begin + cw * a.tokens_per_warp);
-    const int w_end = min(t_end, w_begin + a.tokens_per_warp);
-    Rows rows;
-    int64_t out_rows[2];
-    WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
-    {
-      // Q rounded to T into its swizzled tile (row R is warp R / 16's row R % 16), every read
-      // issued before the first store.
-      constexpr int kPer = 64 * (HD / 2) / 128;
-      float2 qv[kPer];
+  {
+    // Q rounded to T into its swizzled tile (row R is warp R / 16's row R % 16), every read
+    // issued before the first store.
+    constexpr int kPer = 64 * (HD / 2) / 128;
+    float2 qv[kPer];
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int i = (tid & 127) + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
-        const int w = wg * 4 + (row >> 4), r = row & 15, ti = r / group;
-        const int wb = min(t_end, t_begin + w * a.tokens_per_warp), tok = wb + ti;
-        qv[k] = make_float2(0.0f, 0.0f);
-        if (ti < a.tokens_per_warp && tok < min(t_end, wb + a.tokens_per_warp)) {
-          const int64_t out_row = static_cast<int64_t>(tok) * p.num_heads + static_cast<int64_t>(kvh) * group + r % group;
-          qv[k] = *reinterpret_cast<const float2*>(p.q + out_row * HD + d);
-        }
-      }
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int i = (tid & 127) + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
-        *reinterpret_cast<uint32_t*>(smem + WG::kQOffset + wg * WG::kTileBytes + WgChunk(row, d >> 3) + (d & 7) * 2) =
-            PackPair<T>(qv[k].x, qv[k].y);
+    for (int k = 0; k < kPer; ++k) {
+      const int i = (tid & 127) + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
+      const int w = wg * 4 + (row >> 4), r = row & 15, ti = r / group;
+      const int wb = min(t_end, t_begin + w * a.tokens_per_warp), tok = wb + ti;
+      qv[k] = make_float2(0.0f, 0.0f);
+      if (ti < a.tokens_per_warp && tok < min(t_end, wb + a.tokens_per_warp)) {
+        const int64_t out_row = static_cast<int64_t>(tok) * p.num_heads + static_cast<int64_t>(kvh) * group + r % group;
+        qv[k] = *reinterpret_cast<const float2*>(p.q + out_row * HD + d);
       }
     }
-    FenceProxyAsyncShared();
-    asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's consumers only
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = (tid & 127) + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
+      *reinterpret_cast<uint32_t*>(smem + WG::kQOffset + wg * WG::kTileBytes + WgChunk(row, d >> 3) + (d & 7) * 2) =
+          PackPair<T>(qv[k].x, qv[k].y);
+    }
+  }
+  FenceProxyAsyncShared();
+  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's consumers only
 
-    State<HD> st;
-    st.Reset(0);
-    st.Reset(1);
-    float M[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
-    bool merged[2] = {false, false};
-    float* o_s = reinterpret_cast<float*>(smem + WG::kOOffset) + wg * 128 * (HD / 2) + (tid & 127);
-    // Rows `now` merge their segment (running max m, this thread's part of the sum l, O in the
-    // accumulators) into the result; the accumulators are left as they are (the tile loop zeroes
-    // them for the rows' next segment).
-    auto flush = [&](const bool (&now)[2], const float (&m)[2], const float (&l)[2]) {
-      const float l_total[2] = {QuadSum(l[0]), QuadSum(l[1])};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (!now[h]) continue;
-        if (rows.valid[h] && m[h] != -INFINITY) {
-          if (!merged[h]) {
-            M[h] = m[h];
-            L[h] = l_total[h];
-#pragma unroll
-            for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-              o_s[(dt * 4 + 2 * h) * 128] = st.acc[dt][2 * h];
-              o_s[(dt * 4 + 2 * h + 1) * 128] = st.acc[dt][2 * h + 1];
-            }
-            merged[h] = true;
-          } else {
-            const MergeScales sc = ScalesFor(M[h], m[h]);
-#pragma unroll
-            for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-#pragma unroll
-              for (int jj = 0; jj < 2; ++jj) {
-                float& o = o_s[(dt * 4 + 2 * h + jj) * 128];
-                o = Blend(o, st.acc[dt][2 * h + jj], sc);
-              }
-            }
-            L[h] = Blend(L[h], l_total[h], sc);
-            M[h] = sc.m;
-          }
-        }
-      }
-    };
-    auto mask_of = [&](int j) {
-      const int start = j * kKeyTile;
-      bool inside = true;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (rows.valid[h]) inside = inside && start >= rows.first[h] && start + kKeyTile - 1 <= rows.pos[h];
-      }
-      return __any_sync(0xffffffffu, !inside);
-    };
-    float s[8][4];
-    float* s_flat = &s[0][0];
-    // The softmax of the scores in s for the tile from key `start`, the mask test only where some
-    // row of the warp has keys of the tile outside its window (a warp-uniform branch: the masked
-    // form's compares and selects stay off the common path).
-    auto softmax = [&](int start, bool mask, float (&corr)[2]) {
-      if (mask) {
-        TileSoftmax<HD, false, false>(TileK<HD>{nullptr}, start, rows, a.scale_log2, true, st, s, corr);
-      } else {
-        TileSoftmax<HD, false, false>(TileK<HD>{nullptr}, start, rows, a.scale_log2, false, st, s, corr);
-      }
-    };
-    float* o_flat = &st.acc[0][0];
-    // The tiles' descriptors, once: a stage or k-step moves the start address field only.
-    const uint64_t q_desc = KMajorAt(q_tile, 0), k_desc = KMajorAt(k_tile(0), 0);
-    const uint64_t v_desc = VAt(v_tile(0), 0);
-    constexpr uint64_t kStageStep = WG::kTileBytes >> 4;
-    auto issue_scores = [&](int stage) {
-      FenceOperands<32>(s_flat);
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        WgmmaSS<64, T>(s_flat, q_desc + KMajorStep(kk), k_desc + stage * kStageStep + KMajorStep(kk), kk > 0 ? 1 : 0);
-      }
-      WgmmaCommit();
-    };
-    uint32_t pf[4][4];
-    auto issue_values = [&](int stage) {
-      FenceOperands<HD / 2>(o_flat);
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-        WgmmaRSTransB<HD, T>(o_flat, pf[kk], v_desc + stage * kStageStep + VStep(kk));
-      }
-      WgmmaCommit();
-    };
-    auto release = [&](uint32_t barrier) {
-      __syncwarp();
-      if (lane == 0) MbarrierArrive(barrier);
-    };
-    // cp.async's copies are generic-proxy writes that wgmma's operand reads must be fenced from;
-    // TMA's land through the async proxy, ordered by the stage's barrier alone.
-    auto fence_copies = [] {
-      if constexpr (!kTma) FenceProxyAsyncShared();
-    };
-
-    MbarrierWait(bar(0, n0 % kStages), (n0 / kStages) & 1);
-    fence_copies();
-    issue_scores(n0 % kStages);
-    WgmmaWait<0>();
-    FenceOperands<32>(s_flat);
-    release(bar(2, n0 % kStages));
-    {
-      float corr[2];  // O is still zero
-      softmax(tile_lo * kKeyTile, mask_of(tile_lo), corr);
-    }
-    // P of tile j as the second product's A fragments (16 keys a k-step).
-    auto pack_p = [&] {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        pf[kk][0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
-        pf[kk][1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
-        pf[kk][2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pf[kk][3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      }
-    };
-    // Every tile but the last: one straight path, so that ptxas sees which group each wait
-    // retires (a path that may or may not have issued S would make it serialize the products).
-    int n = n0;
-    for (int j = tile_lo; j < tile_hi; ++j, ++n) {
-      pack_p();
-      const int stage = n % kStages, next = (n + 1) % kStages;
-      MbarrierWait(bar(0, next), ((n + 1) / kStages) & 1);
-      fence_copies();
-      issue_scores(next);
-      MbarrierWait(bar(1, stage), (n / kStages) & 1);
-      fence_copies();
-      issue_values(stage);
-      // Tile j + 1's softmax while tile j's P V runs. A row whose segment ends after tile j
-      // starts the next from a fresh state; its old one merges once P V is done. The others'
-      // O is rescaled then.
-      WgmmaWait<1>();
-      FenceOperands<32>(s_flat);
-      release(bar(2, next));
-      const int end = (j + 1) * kKeyTile;
-      const bool unit = end % kFlashSegmentUnit == 0;  // segments are powers of two
-      const bool now[2] = {unit && (end & (rows.seg[0] - 1)) == 0, unit && (end & (rows.seg[1] - 1)) == 0};
-      const float m_old[2] = {st.m[0], st.m[1]}, l_old[2] = {st.l[0], st.l[1]};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (now[h]) {
-          st.m[h] = -INFINITY;
-          st.l[h] = 0.0f;
-        }
-      }
-      float corr[2];
-      softmax(end, mask_of(j + 1), corr);
-      WgmmaWait<0>();
-      FenceOperands<HD / 2>(o_flat);
-      release(bar(3, stage));
-      if (__any_sync(0xffffffffu, now[0] || now[1])) flush(now, m_old, l_old);
-      // O for tile j + 1's P V: zero where a segment ended, else rescaled (x * 1 is x, so a warp
-      // whose rows kept their maxima skips it). The zero comes from a mask on the product, not a
-      // conditional write: ptxas would otherwise copy every accumulator out of the product's
-      // registers and back each tile.
-      if (__any_sync(0xffffffffu, now[0] || now[1] || corr[0] != 1.0f || corr[1] != 1.0f)) {
-        const uint32_t keep[2] = {now[0] ? 0u : ~0u, now[1] ? 0u : ~0u};
-#pragma unroll
-        for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1;
-            st.acc[dt][e] = __uint_as_float(__float_as_uint(__fmul_rn(st.acc[dt][e], corr[h])) & keep[h]);
-          }
-        }
-      }
-    }
-    pack_p();
-    MbarrierWait(bar(1, n % kStages), (n / kStages) & 1);
-    fence_copies();
-    issue_values(n % kStages);
-    WgmmaWait<0>();
-    FenceOperands<HD / 2>(o_flat);
-    release(bar(3, n % kStages));  // for the next work's tiles
-    const bool all[2] = {true, true};
-    flush(all, st.m, st.l);
+  State<HD> st;
+  st.Reset(0);
+  st.Reset(1);
+  float M[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
+  bool merged[2] = {false, false};
+  float* o_s = reinterpret_cast<float*>(smem + WG::kOOffset) + wg * 128 * (HD / 2) + (tid & 127);
+  // Rows `now` merge their segment (running max m, this thread's part of the sum l, O in the
+  // accumulators) into the result; the accumulators are left as they are (the tile loop zeroes
+  // them for the rows' next segment).
+  auto flush = [&](const bool (&now)[2], const float (&m)[2], const float (&l)[2]) {
+    const float l_total[2] = {QuadSum(l[0]), QuadSum(l[1])};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if (!rows.valid[h]) continue;
-      float* out = p.out + out_rows[h] * HD;
-      __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
+      if (!now[h]) continue;
+      if (rows.valid[h] && m[h] != -INFINITY) {
+        if (!merged[h]) {
+          M[h] = m[h];
+          L[h] = l_total[h];
 #pragma unroll
-      for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-        const float v0 = __fdiv_rn(o_s[(dt * 4 + 2 * h) * 128], L[h]);
-        const float v1 = __fdiv_rn(o_s[(dt * 4 + 2 * h + 1) * 128], L[h]);
-        StorePair<false>(out, dt, q, v0, v1);
-        StorePairBf16<false>(out_b, dt, q, v0, v1);
+          for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+            o_s[(dt * 4 + 2 * h) * 128] = st.acc[dt][2 * h];
+            o_s[(dt * 4 + 2 * h + 1) * 128] = st.acc[dt][2 * h + 1];
+          }
+          merged[h] = true;
+        } else {
+          const MergeScales sc = ScalesFor(M[h], m[h]);
+#pragma unroll
+          for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+              float& o = o_s[(dt * 4 + 2 * h + jj) * 128];
+              o = Blend(o, st.acc[dt][2 * h + jj], sc);
+            }
+          }
+          L[h] = Blend(L[h], l_total[h], sc);
+          M[h] = sc.m;
+        }
       }
     }
-    n0 = n + 1;
+  };
+  auto mask_of = [&](int j) {
+    const int start = j * kKeyTile;
+    bool inside = true;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (rows.valid[h]) inside = inside && start >= rows.first[h] && start + kKeyTile - 1 <= rows.pos[h];
+    }
+    return __any_sync(0xffffffffu, !inside);
+  };
+  float s[8][4];
+  float* s_flat = &s[0][0];
+  // The softmax of the scores in s for the tile from key `start`, the mask test only where some
+  // row of the warp has keys of the tile outside its window (a warp-uniform branch: the masked
+  // form's compares and selects stay off the common path).
+  auto softmax = [&](int start, bool mask, float (&corr)[2]) {
+    if (mask) {
+      TileSoftmax<HD, false, false>(TileK<HD>{nullptr}, start, rows, a.scale_log2, true, st, s, corr);
+    } else {
+      TileSoftmax<HD, false, false>(TileK<HD>{nullptr}, start, rows, a.scale_log2, false, st, s, corr);
+    }
+  };
+  float* o_flat = &st.acc[0][0];
+  // The tiles' descriptors, once: a stage or k-step moves the start address field only.
+  const uint64_t q_desc = KMajorAt(q_tile, 0), k_desc = KMajorAt(k_tile(0), 0);
+  const uint64_t v_desc = VAt(v_tile(0), 0);
+  constexpr uint64_t kStageStep = WG::kTileBytes >> 4;
+  auto issue_scores = [&](int stage) {
+    FenceOperands<32>(s_flat);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      WgmmaSS<64, T>(s_flat, q_desc + KMajorStep(kk), k_desc + stage * kStageStep + KMajorStep(kk), kk > 0 ? 1 : 0);
+    }
+    WgmmaCommit();
+  };
+  uint32_t pf[4][4];
+  auto issue_values = [&](int stage) {
+    FenceOperands<HD / 2>(o_flat);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+      WgmmaRSTransB<HD, T>(o_flat, pf[kk], v_desc + stage * kStageStep + VStep(kk));
+    }
+    WgmmaCommit();
+  };
+  auto release = [&](uint32_t barrier) {
+    __syncwarp();
+    if (lane == 0) MbarrierArrive(barrier);
+  };
+  // cp.async's copies are generic-proxy writes that wgmma's operand reads must be fenced from;
+  // TMA's land through the async proxy, ordered by the stage's barrier alone.
+  auto fence_copies = [] {
+    if constexpr (!kTma) FenceProxyAsyncShared();
+  };
+
+  MbarrierWait(bar(0, 0), 0);
+  fence_copies();
+  issue_scores(0);
+  WgmmaWait<0>();
+  FenceOperands<32>(s_flat);
+  release(bar(2, 0));
+  {
+    float corr[2];  // O is still zero
+    softmax(tile_lo * kKeyTile, mask_of(tile_lo), corr);
+  }
+  // P of tile j as the second product's A fragments (16 keys a k-step).
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pf[kk][0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
+      pf[kk][1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
+      pf[kk][2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pf[kk][3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+  };
+  // Every tile but the last: one straight path, so that ptxas sees which group each wait
+  // retires (a path that may or may not have issued S would make it serialize the products).
+  int n = 0;
+  for (int j = tile_lo; j < tile_hi; ++j, ++n) {
+    pack_p();
+    const int stage = n % kStages, next = (n + 1) % kStages;
+    MbarrierWait(bar(0, next), ((n + 1) / kStages) & 1);
+    fence_copies();
+    issue_scores(next);
+    MbarrierWait(bar(1, stage), (n / kStages) & 1);
+    fence_copies();
+    issue_values(stage);
+    // Tile j + 1's softmax while tile j's P V runs. A row whose segment ends after tile j
+    // starts the next from a fresh state; its old one merges once P V is done. The others'
+    // O is rescaled then.
+    WgmmaWait<1>();
+    FenceOperands<32>(s_flat);
+    release(bar(2, next));
+    const int end = (j + 1) * kKeyTile;
+    const bool unit = end % kFlashSegmentUnit == 0;  // segments are powers of two
+    const bool now[2] = {unit && (end & (rows.seg[0] - 1)) == 0, unit && (end & (rows.seg[1] - 1)) == 0};
+    const float m_old[2] = {st.m[0], st.m[1]}, l_old[2] = {st.l[0], st.l[1]};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (now[h]) {
+        st.m[h] = -INFINITY;
+        st.l[h] = 0.0f;
+      }
+    }
+    float corr[2];
+    softmax(end, mask_of(j + 1), corr);
+    WgmmaWait<0>();
+    FenceOperands<HD / 2>(o_flat);
+    release(bar(3, stage));
+    if (__any_sync(0xffffffffu, now[0] || now[1])) flush(now, m_old, l_old);
+    // O for tile j + 1's P V: zero where a segment ended, else rescaled (x * 1 is x, so a warp
+    // whose rows kept their maxima skips it). The zero comes from a mask on the product, not a
+    // conditional write: ptxas would otherwise copy every accumulator out of the product's
+    // registers and back each tile.
+    if (__any_sync(0xffffffffu, now[0] || now[1] || corr[0] != 1.0f || corr[1] != 1.0f)) {
+      const uint32_t keep[2] = {now[0] ? 0u : ~0u, now[1] ? 0u : ~0u};
+#pragma unroll
+      for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          st.acc[dt][e] = __uint_as_float(__float_as_uint(__fmul_rn(st.acc[dt][e], corr[h])) & keep[h]);
+        }
+      }
+    }
+  }
+  pack_p();
+  MbarrierWait(bar(1, n % kStages), (n / kStages) & 1);
+  fence_copies();
+  issue_values(n % kStages);
+  WgmmaWait<0>();
+  FenceOperands<HD / 2>(o_flat);
+  const bool all[2] = {true, true};
+  flush(all, st.m, st.l);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!rows.valid[h]) continue;
+    float* out = p.out + out_rows[h] * HD;
+    __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
+#pragma unroll
+    for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+      const float v0 = __fdiv_rn(o_s[(dt * 4 + 2 * h) * 128], L[h]);
+      const float v1 = __fdiv_rn(o_s[(dt * 4 + 2 * h + 1) * 128], L[h]);
+      StorePair<false>(out, dt, q, v0, v1);
+      StorePairBf16<false>(out_b, dt, q, v0, v1);
+    }
   }
 }
 
@@ -569,15 +466,7 @@ __global__ void __launch_bounds__(128) WgmmaTileProductsKernel(const float* q, c
     for (int e = 0; e < 4; ++e) o_out[(16 * warp + g + 8 * (e >> 1)) * HD + 8 * j + 2 * qd + (e & 1)] = o[4 * j + e];
 }
 
-// The wgmma kernel's grid (SetFlashWgmmaBlocks): PAGODA_FLASH_PERSISTENT=0 a block a work, =N at
-// most N blocks, unset one wave.
-int64_t flash_wgmma_blocks = [] {
-  const char* e = std::getenv("PAGODA_FLASH_PERSISTENT");
-  if (e == nullptr) return int64_t{0};
-  const int64_t n = std::atoll(e);
-  return n > 0 ? n : int64_t{-1};
-}();
-
+// The split shape's merge: a token's segment states in order, as the walking shapes merge them.
 FlashWgmma flash_wgmma_mode = [] {
   const char* e = std::getenv("PAGODA_FLASH_WGMMA");
   const std::string v = e != nullptr ? e : "";
@@ -592,11 +481,7 @@ bool FlashWgmmaOn(int64_t max_keys) {
 }
 
 template <typename T, int HD>
-void LaunchFlashWgmma(const KernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl) {
-  KernelArgs a = args;
-  PAGODA_CHECK(a.partial != nullptr) << "FlashAttention: the wgmma kernel's work queue needs the scratch";
-  a.num_items = static_cast<int>(grid.x);
-  const int64_t works = static_cast<int64_t>(grid.x) * grid.y;
+void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl) {
   const bool tma = WgmmaTma(a.p.block_size);
   CUtensorMap k_map = {}, v_map = {};
   if (tma) {
@@ -609,27 +494,12 @@ void LaunchFlashWgmma(const KernelArgs& args, dim3 grid, cudaStream_t stream, bo
     using WG = WgGeometry<HD, kGroups>;
     auto* kernel = FlashWgmmaKernel<T, HD, kGroups, kTma>;
     static uint32_t devices_done = 0;
-    static int wave[32] = {};  // blocks resident at once, per device
-    int device = 0;
-    PAGODA_CUDA_CHECK(cudaGetDevice(&device));
-    if ((devices_done & (device < 32 ? 1u << device : 0u)) == 0) {
-      // two one-group blocks an SM need the whole 228 KB
+    if (devices_done == 0) {  // two one-group blocks an SM need the whole 228 KB
       PAGODA_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     }
     AllowSmem(kernel, WG::kSmemBytes, &devices_done);
-    const int slot = std::min(device, 31);  // beyond: the 32nd's
-    if (wave[slot] == 0) {
-      int per_sm = 0, sms = 0;
-      PAGODA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WG::kThreads, WG::kSmemBytes));
-      PAGODA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-      wave[slot] = std::max(1, per_sm * sms);
-    }
-    const int64_t cap = flash_wgmma_blocks > 0 ? flash_wgmma_blocks : flash_wgmma_blocks < 0 ? works : wave[slot];
-    const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(works, cap));
-    PAGODA_CUDA_CHECK(cudaMemsetAsync(a.partial, 0, sizeof(unsigned int), stream));  // the work queue
-    LaunchDependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(WG::kThreads), WG::kSmemBytes, stream, pdl, a,
-                    k_map, v_map);
+    LaunchDependent(kernel, grid, dim3(WG::kThreads), WG::kSmemBytes, stream, pdl, a, k_map, v_map);
   };
   tma ? launch.template operator()<true>() : launch.template operator()<false>();
 }
@@ -643,7 +513,6 @@ template void LaunchFlashWgmma<__half, 128>(const KernelArgs&, dim3, cudaStream_
 using namespace flash;
 
 void SetFlashWgmma(FlashWgmma mode) { flash::flash_wgmma_mode = mode; }
-void SetFlashWgmmaBlocks(int64_t max_blocks) { flash::flash_wgmma_blocks = max_blocks; }
 
 void WgmmaTileProductsForTest(const float* q, const float* k, const float* v, const float* p, float* s, float* o,
                               int head_dim, bool f16, cudaStream_t stream) {

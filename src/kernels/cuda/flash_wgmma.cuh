@@ -51,12 +51,12 @@ struct WgGeometry {
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;  // V's ring
   static constexpr int kOOffset = kVOffset + kStages * kTileBytes;
   static constexpr int kTilesBytes = kOOffset + kOBytes;
-  // The small part: K full, V full, K empty, V empty barriers (kStages each), the two work
-  // slots' full and empty barriers, the slots. It sits in the alignment padding before the tiles when that is large
+  // The small part: K full, V full, K empty, V empty barriers (kStages each), the consumer
+  // warps' key ranges. It sits in the alignment padding before the tiles when that is large
   // enough, else after them, so the block needs no more than the tiles and 1 KB: two one-group
   // d128 blocks of 113 KB (with the driver's 1 KB each) fill an SM's 228 KB exactly.
-  static constexpr int kBarriers = 4 * kStages + 4;
-  static constexpr int kSmallBytes = kBarriers * 8 + 2 * 4;
+  static constexpr int kBarriers = 4 * kStages;
+  static constexpr int kSmallBytes = kBarriers * 8 + 2 * 4 * kGroups * 4;
   static constexpr int kSmemBytes = 1024 + kTilesBytes;
   static constexpr int kThreads = 128 * (kGroups + 1);
   // setmaxnreg: what the producer gives up, the consumers take (one group: two blocks an SM).
