@@ -494,7 +494,10 @@ void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool 
     using WG = WgGeometry<HD, kGroups>;
     auto* kernel = FlashWgmmaKernel<T, HD, kGroups, kTma>;
     static uint32_t devices_done = 0;
-    if (devices_done == 0) {  // two one-group blocks an SM need the whole 228 KB
+    int device = 0;
+    PAGODA_CUDA_CHECK(cudaGetDevice(&device));
+    if ((devices_done & (device < 32 ? 1u << device : 0u)) == 0) {  // each device, as AllowSmem
+      // two one-group blocks an SM need the whole 228 KB
       PAGODA_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
     }
