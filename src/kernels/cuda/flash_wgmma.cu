@@ -494,14 +494,7 @@ void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool 
     using WG = WgGeometry<HD, kGroups>;
     auto* kernel = FlashWgmmaKernel<T, HD, kGroups, kTma>;
     static uint32_t devices_done = 0;
-    int device = 0;
-    PAGODA_CUDA_CHECK(cudaGetDevice(&device));
-    if ((devices_done & (device < 32 ? 1u << device : 0u)) == 0) {  // each device, as AllowSmem
-      // two one-group blocks an SM need the whole 228 KB
-      PAGODA_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-    }
-    AllowSmem(kernel, WG::kSmemBytes, &devices_done);
+    AllowSmem(kernel, WG::kSmemBytes, &devices_done, true);  // two one-group blocks an SM need the whole 228 KB
     LaunchDependent(kernel, grid, dim3(WG::kThreads), WG::kSmemBytes, stream, pdl, a, k_map, v_map);
   };
   tma ? launch.template operator()<true>() : launch.template operator()<false>();

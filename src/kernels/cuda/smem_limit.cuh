@@ -10,13 +10,18 @@
 
 namespace pagoda::cuda {
 
-// `devices_done`: a static of the caller's, one bit per device already set.
+// `devices_done`: a static of the caller's, one bit per device already set. max_carveout: also
+// prefer the largest shared-memory carveout (a kernel whose blocks fill an SM's 228 KB together).
 template <typename Kernel>
-void AllowSmem(Kernel kernel, int bytes, uint32_t* devices_done) {
+void AllowSmem(Kernel kernel, int bytes, uint32_t* devices_done, bool max_carveout = false) {
   int device = 0;
   PAGODA_CUDA_CHECK(cudaGetDevice(&device));
   const uint32_t bit = device < 32 ? 1u << device : 0u;
   if (bit != 0 && (*devices_done & bit) != 0) return;
+  if (max_carveout) {
+    PAGODA_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  }
   PAGODA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   *devices_done |= bit;
 }
