@@ -239,7 +239,13 @@ void BenchMlaDecode(CudaBackend& gpu, int64_t batch, int64_t context, int64_t he
 // q, kv and out: [32768, 4096] device rows, filled once for every shape (batch * seq = 32768).
 void BenchPrefillAttention(CudaBackend& gpu, int64_t seq, int64_t dim, const TensorView& q, const TensorView& kv,
                            const TensorView& out, KVQuant quant = KVQuant::kNone) {
-  const int64_t batch = std::max<int64_t>(1, 16384 / seq) * 2, heads = dim == 128 ? 32 : 64, block = 16;
+  // PAGODA_BENCH_BLOCK: the cache's block size (default 16, vLLM's; TMA copies a tile in boxes of
+  // min(block, 64) rows).
+  static const int64_t block = [] {
+    const char* e = std::getenv("PAGODA_BENCH_BLOCK");
+    return e != nullptr ? std::max<int64_t>(1, std::atoll(e)) : int64_t{16};
+  }();
+  const int64_t batch = std::max<int64_t>(1, 16384 / seq) * 2, heads = dim == 128 ? 32 : 64;
   const int64_t blocks_per_seq = (seq + block - 1) / block;
   KVStorageShape shape;
   shape.num_layers = 1;
@@ -267,9 +273,9 @@ void BenchPrefillAttention(CudaBackend& gpu, int64_t seq, int64_t dim, const Ten
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
   const double t = Time(gpu, [&] { gpu.PagedAttention(*cache, 0, a, q, out); }, 2, 5);
   const double flops = 2.0 * batch * heads * seq * seq * dim;
-  std::printf("prefill-attn causal B=%lld H=%lld S=%lld D=%lld %s  %9.1f us  %7.1f TFLOP/s\n",
+  std::printf("prefill-attn causal B=%lld H=%lld S=%lld D=%lld block=%lld %s  %9.1f us  %7.1f TFLOP/s\n",
               static_cast<long long>(batch), static_cast<long long>(heads), static_cast<long long>(seq),
-              static_cast<long long>(dim), quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e6,
+              static_cast<long long>(dim), static_cast<long long>(block), quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e6,
               flops / t / 1e12);
 }
 
