@@ -275,8 +275,8 @@ void BenchPrefillAttention(CudaBackend& gpu, int64_t seq, int64_t dim, const Ten
   const double flops = 2.0 * batch * heads * seq * seq * dim;
   std::printf("prefill-attn causal B=%lld H=%lld S=%lld D=%lld block=%lld %s  %9.1f us  %7.1f TFLOP/s\n",
               static_cast<long long>(batch), static_cast<long long>(heads), static_cast<long long>(seq),
-              static_cast<long long>(dim), static_cast<long long>(block), quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e6,
-              flops / t / 1e12);
+              static_cast<long long>(dim), static_cast<long long>(block),
+              quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e6, flops / t / 1e12);
 }
 
 void BenchPrefillAttentions(CudaBackend& gpu, bool quick) {
