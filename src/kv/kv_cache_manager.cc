@@ -119,6 +119,11 @@ std::optional<SlotAllocation> KVCacheManager::AllocateSlots(
   }
   if (num_new_blocks > 0) {
     out.new_block_ids = *pool_.AllocateBlocks(static_cast<int32_t>(num_new_blocks));
+    // Ascending: blocks freed tail first come back from the queue in descending runs, and a
+    // request's blocks in consecutive ascending slots let the GPU prefill copy a 64-key tile of
+    // them as one TMA box (kernels/cuda/flash_wgmma.cu). The queue alone decides which blocks
+    // are taken; only their order in the table changes.
+    std::sort(out.new_block_ids.begin(), out.new_block_ids.end());
     r.block_ids.insert(r.block_ids.end(), out.new_block_ids.begin(), out.new_block_ids.end());
   }
   if (config_.enable_prefix_caching) CacheFullBlocks(&r, request.token_ids, num_needed_tokens);

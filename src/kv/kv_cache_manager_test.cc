@@ -47,6 +47,25 @@ KVCacheManager Make(int32_t num_blocks, int32_t block_size, bool caching = true)
   return KVCacheManager({num_blocks, block_size, caching, PrefixHashAlgo::kSha256});
 }
 
+// Blocks freed tail first return to the queue in descending order; a new request's blocks come
+// out of it ascending, so that consecutive free blocks are consecutive slots in its table.
+TEST(KVCacheManagerTest, NewBlocksAreTakenInQueueOrderAndTabledAscending) {
+  KVCacheManager m = Make(8, 4);
+  const auto t0 = Range(0, 16);
+  ComputedBlocks hit = m.GetComputedBlocks(t0);
+  ASSERT_TRUE(m.AllocateSlots(R(0, t0, 0), 16, &hit));
+  EXPECT_EQ(Table(m, 0), (Ids{0, 1, 2, 3}));
+  m.Free(0);
+  EXPECT_EQ(m.block_pool().FreeQueueOrder(), (Ids{4, 5, 6, 7, 3, 2, 1, 0}));
+  const auto t1 = Range(100, 24);  // no hit: six new blocks, the queue's first six
+  hit = m.GetComputedBlocks(t1);
+  auto a = m.AllocateSlots(R(1, t1, 0), 24, &hit);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->new_block_ids, (Ids{2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(Table(m, 1), (Ids{2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(m.block_pool().FreeQueueOrder(), (Ids{1, 0}));
+}
+
 TEST(KVCacheManagerTest, PrefillHitsSharedPrefixAndEvictsInLruOrder) {
   KVCacheManager m = Make(10, 4);
   // Request 0: 10 tokens = two full blocks and a partial one.
@@ -117,11 +136,12 @@ TEST(KVCacheManagerTest, PressureEvictsTheTailOfAFreedPrefixFirst) {
   ASSERT_TRUE(m.AllocateSlots(R(0, t0, 0), 7, &hit));
   m.Free(0);
   EXPECT_EQ(m.block_pool().FreeQueueOrder(), (Ids{3, 2, 1, 0}));
-  // An unrelated 4-token request takes block 3 (uncached) and then block 2 (the prefix's tail).
+  // An unrelated 4-token request takes block 3 (uncached) and then block 2 (the prefix's tail),
+  // tabled in ascending order.
   const auto u = Range(50, 4);
   hit = m.GetComputedBlocks(u);
   ASSERT_TRUE(m.AllocateSlots(R(1, u, 0), 4, &hit));
-  EXPECT_EQ(Table(m, 1), (Ids{3, 2}));
+  EXPECT_EQ(Table(m, 1), (Ids{2, 3}));
   EXPECT_EQ(m.block_pool().num_evicted_blocks(), 1);
   // The head of the old prefix still hits.
   const auto t2 = Range(0, 7);

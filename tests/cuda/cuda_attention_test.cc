@@ -388,18 +388,20 @@ TEST_F(CudaOpsTest, WgmmaTileProductsMatchTheReference) {
 // The wide shape on wgmma (kernels/cuda/flash_wgmma.cuh) gives the mma.sync wide kernel's bits:
 // prefills of sequences of 1..2600 tokens (segments of 128, 256 and 512 keys, blocks whose rows
 // straddle 1024 and 2048 keys), GQA groups 1, 4 and 8, head dims 64 and 128, with and without a
-// sliding window, with K/V by TMA (blocks of 16 slots) and by cp.async (4); and a chunk at an
-// offset (a prefix hit).
+// sliding window, with K/V by TMA (blocks of 16 and 32 slots, shuffled or mostly consecutive, so
+// that tiles copied as one run of blocks meet tiles copied block by block) and by cp.async (4);
+// and a chunk at an offset (a prefix hit).
 TEST_F(CudaOpsTest, FlashWgmmaGivesTheMmaBits) {
-  for (const auto& [hd, group, window, bs] : std::vector<std::array<int64_t, 4>>{
-       {64, 1, 0, 16}, {64, 4, 700, 16}, {64, 8, 0, 16}, {64, 4, 0, 4}, {128, 1, 0, 16}, {128, 1, 700, 16},
-       {128, 4, 0, 16}, {128, 4, 700, 16}, {128, 8, 0, 16}, {128, 8, 700, 4}, {128, 1, 0, 4}}) {
+  for (const auto& [hd, group, window, bs, runs] : std::vector<std::array<int64_t, 5>>{
+       {64, 1, 0, 16, 0}, {64, 4, 700, 16, 0}, {64, 8, 0, 16, 0}, {64, 4, 0, 4, 0}, {128, 1, 0, 16, 0},
+       {128, 1, 700, 16, 0}, {128, 4, 0, 16, 0}, {128, 4, 700, 16, 0}, {128, 8, 0, 16, 0}, {128, 8, 700, 4, 0},
+       {128, 1, 0, 4, 0}, {128, 1, 0, 16, 1}, {128, 8, 700, 16, 1}, {64, 4, 0, 16, 1}, {128, 4, 0, 32, 1}}) {
     SCOPED_TRACE("hd " + std::to_string(hd) + " group " + std::to_string(group) + " window " +
-                 std::to_string(window) + " block size " + std::to_string(bs));
+                 std::to_string(window) + " block size " + std::to_string(bs) + (runs ? " runs" : " shuffled"));
     const int64_t kv_heads = 2, heads = kv_heads * group;
     const std::vector<int64_t> prompt = {1, 37, 1000, 1030, 2060, 2600};
     StepCase c;
-    MakeTables(prompt, bs, 7, &c);
+    MakeTables(prompt, bs, 7, &c, runs != 0);
     const KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
     auto cache = gpu_->CreateKVCache(shape);
     const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), window};

@@ -62,13 +62,20 @@ struct StepCase {
 };
 
 // Block tables for sequences of the given total lengths, block ids shuffled over the pool.
-inline void MakeTables(const std::vector<int64_t>& lengths, int64_t block_size, uint32_t seed, StepCase* c) {
+inline void MakeTables(const std::vector<int64_t>& lengths, int64_t block_size, uint32_t seed, StepCase* c,
+                       bool runs = false) {
   int64_t total = 0;
   for (int64_t n : lengths) total += (n + block_size - 1) / block_size;
   c->num_blocks = total + 3;  // a few blocks nobody uses
   std::vector<int32_t> ids(c->num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+  if (runs) {
+    // Mostly consecutive blocks, as a fresh pool hands out a prompt's: every ninth pair swapped,
+    // so runs of every length and alignment meet blocks out of order.
+    for (size_t i = 4; i + 1 < ids.size(); i += 9) std::swap(ids[i], ids[i + 1]);
+  } else {
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+  }
   int64_t next = 0;
   c->tables.clear();
   for (int64_t n : lengths) {

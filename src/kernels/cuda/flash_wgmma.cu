@@ -38,7 +38,8 @@ __device__ __forceinline__ void FenceOperands(float* r) {
 template <typename T, int HD, int kGroups, bool kTma>
 __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 1 ? 2 : 1)
     FlashWgmmaKernel(const __grid_constant__ KernelArgs a, const __grid_constant__ CUtensorMap k_map,
-                     const __grid_constant__ CUtensorMap v_map) {
+                     const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap k_run_map,
+                     const __grid_constant__ CUtensorMap v_run_map, int runs) {
   using Geo = Geometry<HD>;
   using WG = WgGeometry<HD, kGroups>;
   constexpr int kChunks = HD * 2 / 16;
@@ -52,14 +53,12 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   const uint32_t base = SmemAddr(smem);
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, warp = (tid >> 5) & 3, g = lane >> 2, q = lane & 3;
   const int cw = wg * 4 + warp;  // a consumer warp's index in the block
-  const uint32_t q_tile = base + WG::kQOffset + wg * WG::kTileBytes;
   auto k_tile = [&](int stage) { return base + WG::kKOffset + stage * WG::kTileBytes; };
   auto v_tile = [&](int stage) { return base + WG::kVOffset + stage * WG::kTileBytes; };
   // Barrier b of stage s: b = 0 K full, 1 V full, 2 K empty, 3 V empty.
   auto bar = [&](int b, int stage) { return SmemAddr(small) + (b * kStages + stage) * 8; };
   const PagedAttentionParams& p = a.p;
   const int kvh = blockIdx.y;
-  const int group = a.group;
   const FlashWorkItem item = a.items[blockIdx.x];
   const int t_begin = item.first_token, t_end = item.first_token + item.num_tokens;
 
@@ -100,24 +99,35 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     // consumers score tile n + 1 while they multiply tile n's P by its V.
     SetMaxRegistersDec<WG::kProducerRegs>();
     if constexpr (kTma) {
-      if (tid != 128 * kGroups) return;
+      if (tid != 128 * kGroups) return;  // one thread copies K and V
       const int32_t* table = p.block_tables[t_begin];
       const int bs = static_cast<int>(p.block_size);
       const int box = min(bs, kKeyTile), boxes = kKeyTile / box;  // rows a box, boxes a tile
       const int bs_shift = __ffs(bs) - 1;
       constexpr int kBoxes = kKeyTile / 8;  // at most
       // Tile j's box rows (slot of its first key) from the block table; out of the range: a
-      // negative row, zeros.
+      // negative row, zeros. Returns whether the tile's paged blocks are one run of consecutive
+      // slots, all inside the range (`runs`): then one box of 64 rows a column block copies it
+      // (k_run_map / v_run_map), the same bytes to the same places as the blocks' boxes.
       auto rows_of = [&](int j, int (&row)[kBoxes]) {
+        bool run = runs != 0 && boxes > 1;
 #pragma unroll
         for (int i = 0; i < kBoxes; ++i) {
           const int key0 = j * kKeyTile + i * box;
           row[i] = i < boxes && key0 + box - 1 >= lo && key0 <= hi ? table[key0 >> bs_shift] * bs + (key0 & (bs - 1))
                                                                  : -box;
+          if (i < boxes) run = run && row[i] == row[0] + i * box && row[i] >= 0;
         }
+        return run;
       };
-      auto load = [&](uint32_t tile, const CUtensorMap& map, const int (&row)[kBoxes], uint32_t barrier) {
+      auto load = [&](uint32_t tile, const CUtensorMap& map, const CUtensorMap& run_map, const int (&row)[kBoxes],
+                      bool run, uint32_t barrier) {
         MbarrierArriveExpectTx(barrier, WG::kTileBytes);
+        if (run) {
+#pragma unroll
+          for (int h = 0; h < HD / 64; ++h) TmaLoad2D(tile + h * (kKeyTile * 128), run_map, kvh * HD + h * 64, row[0], barrier);
+          return;
+        }
 #pragma unroll
         for (int i = 0; i < kBoxes; ++i) {
           if (i >= boxes) break;
@@ -131,21 +141,22 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
       // behind it (H100, causal d128 at 4K tokens: 256 TFLOP/s against 221 read after the wait),
       // and serve its V a tile later.
       int k_rows[kBoxes], v_rows[kBoxes];
-      rows_of(tile_lo, k_rows);
+      bool k_run = rows_of(tile_lo, k_rows), v_run = false;
       for (int j = tile_lo, n = 0; j <= tile_hi + 1; ++j, ++n) {
         if (j <= tile_hi) {
           const int stage = n % kStages;
           if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
-          load(k_tile(stage), k_map, k_rows, bar(0, stage));
+          load(k_tile(stage), k_map, k_run_map, k_rows, k_run, bar(0, stage));
         }
         if (n >= 1) {
           const int m = n - 1, stage = m % kStages;
           if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
-          load(v_tile(stage), v_map, v_rows, bar(1, stage));
+          load(v_tile(stage), v_map, v_run_map, v_rows, v_run, bar(1, stage));
         }
 #pragma unroll
         for (int i = 0; i < kBoxes; ++i) v_rows[i] = k_rows[i];
-        if (j < tile_hi) rows_of(j + 1, k_rows);
+        v_run = k_run;
+        if (j < tile_hi) k_run = rows_of(j + 1, k_rows);
       }
       return;
     }
@@ -192,31 +203,25 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
 
   // The consumers.
   SetMaxRegistersInc<WG::kConsumerRegs>();
+  // Q as the scores' A fragments in registers, rounded to T, read from the thread's own rows
+  // (mma.sync's A layout: rows g and g + 8 of the warp, columns 2q and 2q + 8 of each k-step),
+  // as the mma.sync kernel reads them; padding rows are zeros. Only K is read from shared memory.
+  // The reads are issued here and rounded once the first K tile has landed, so their latency
+  // hides behind the first copies'.
+  float2 qv[HD / 16][4];
   {
-    // Q rounded to T into its swizzled tile (row R is warp R / 16's row R % 16), every read
-    // issued before the first store.
-    constexpr int kPer = 64 * (HD / 2) / 128;
-    float2 qv[kPer];
+    const float* q_rows[2] = {rows.valid[0] ? p.q + out_rows[0] * HD : nullptr,
+                              rows.valid[1] ? p.q + out_rows[1] * HD : nullptr};
 #pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int i = (tid & 127) + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
-      const int w = wg * 4 + (row >> 4), r = row & 15, ti = r / group;
-      const int wb = min(t_end, t_begin + w * a.tokens_per_warp), tok = wb + ti;
-      qv[k] = make_float2(0.0f, 0.0f);
-      if (ti < a.tokens_per_warp && tok < min(t_end, wb + a.tokens_per_warp)) {
-        const int64_t out_row = static_cast<int64_t>(tok) * p.num_heads + static_cast<int64_t>(kvh) * group + r % group;
-        qv[k] = *reinterpret_cast<const float2*>(p.q + out_row * HD + d);
+    for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e & 1, d = kk * 16 + 2 * q + 8 * (e >> 1);
+        qv[kk][e] = q_rows[h] != nullptr ? *reinterpret_cast<const float2*>(q_rows[h] + d) : make_float2(0.0f, 0.0f);
       }
     }
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int i = (tid & 127) + k * 128, row = i / (HD / 2), d = 2 * (i % (HD / 2));
-      *reinterpret_cast<uint32_t*>(smem + WG::kQOffset + wg * WG::kTileBytes + WgChunk(row, d >> 3) + (d & 7) * 2) =
-          PackPair<T>(qv[k].x, qv[k].y);
-    }
   }
-  FenceProxyAsyncShared();
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");  // this warpgroup's consumers only
+  uint32_t qf[HD / 16][4];
 
   State<HD> st;
   st.Reset(0);
@@ -281,7 +286,7 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   };
   float* o_flat = &st.acc[0][0];
   // The tiles' descriptors, once: a stage or k-step moves the start address field only.
-  const uint64_t q_desc = KMajorAt(q_tile, 0), k_desc = KMajorAt(k_tile(0), 0);
+  const uint64_t k_desc = KMajorAt(k_tile(0), 0);
   const uint64_t v_desc = VAt(v_tile(0), 0);
   constexpr uint64_t kStageStep = WG::kTileBytes >> 4;
   auto issue_scores = [&](int stage) {
@@ -289,7 +294,7 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
-      WgmmaSS<64, T>(s_flat, q_desc + KMajorStep(kk), k_desc + stage * kStageStep + KMajorStep(kk), kk > 0 ? 1 : 0);
+      WgmmaRS<64, T>(s_flat, qf[kk], k_desc + stage * kStageStep + KMajorStep(kk), kk > 0 ? 1 : 0);
     }
     WgmmaCommit();
   };
@@ -314,6 +319,11 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   };
 
   MbarrierWait(bar(0, 0), 0);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) qf[kk][e] = PackPair<T>(qv[kk][e].x, qv[kk][e].y);
+  }
   fence_copies();
   issue_scores(0);
   WgmmaWait<0>();
@@ -390,19 +400,36 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   issue_values(n % kStages);
   WgmmaWait<0>();
   FenceOperands<HD / 2>(o_flat);
-  const bool all[2] = {true, true};
-  flush(all, st.m, st.l);
+  // The last segment merged as flush would merge it, but straight into the output: a row whose
+  // only segment this is divides its accumulators, one with earlier segments blends them with
+  // this one first (the same values flush would leave in o_s, without the round trip through it).
+  const float l_last[2] = {QuadSum(st.l[0]), QuadSum(st.l[1])};
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (!rows.valid[h]) continue;
+    const bool live = st.m[h] != -INFINITY, blend = live && merged[h], alone = live && !merged[h];
+    MergeScales sc{1.0f, 1.0f, 0.0f};
+    float l_row = L[h];
+    if (blend) {
+      sc = ScalesFor(M[h], st.m[h]);
+      l_row = Blend(L[h], l_last[h], sc);
+    } else if (alone) {
+      l_row = l_last[h];
+    }
     float* out = p.out + out_rows[h] * HD;
     __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
 #pragma unroll
     for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-      const float v0 = __fdiv_rn(o_s[(dt * 4 + 2 * h) * 128], L[h]);
-      const float v1 = __fdiv_rn(o_s[(dt * 4 + 2 * h + 1) * 128], L[h]);
-      StorePair<false>(out, dt, q, v0, v1);
-      StorePairBf16<false>(out_b, dt, q, v0, v1);
+      float v[2];
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {
+        const float acc = st.acc[dt][2 * h + jj];
+        const float o = alone ? acc : blend ? Blend(o_s[(dt * 4 + 2 * h + jj) * 128], acc, sc)
+                                            : o_s[(dt * 4 + 2 * h + jj) * 128];
+        v[jj] = __fdiv_rn(o, l_row);
+      }
+      StorePair<false>(out, dt, q, v[0], v[1]);
+      StorePairBf16<false>(out_b, dt, q, v[0], v[1]);
     }
   }
 }
@@ -416,22 +443,32 @@ __global__ void __launch_bounds__(128) WgmmaTileProductsKernel(const float* q, c
   extern __shared__ __align__(16) uint8_t wg_test_smem[];
   uint8_t* smem = wg_test_smem + ((1024 - (SmemAddr(wg_test_smem) & 1023)) & 1023);
   constexpr int kTile = WgGeometry<HD>::kTileBytes;
-  const uint32_t base = SmemAddr(smem), q_tile = base, k_tile = base + kTile, v_tile = base + 2 * kTile;
+  const uint32_t base = SmemAddr(smem), k_tile = base, v_tile = base + kTile;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, qd = lane & 3;
   for (int i = tid; i < 64 * (HD / 2); i += 128) {
     const int r = i / (HD / 2), d = 2 * (i % (HD / 2));
     const uint32_t at = WgChunk(r, d >> 3) + (d & 7) * 2;
-    *reinterpret_cast<uint32_t*>(smem + at) = PackPair<T>(q[r * HD + d], q[r * HD + d + 1]);
-    *reinterpret_cast<uint32_t*>(smem + kTile + at) = PackPair<T>(k[r * HD + d], k[r * HD + d + 1]);
-    *reinterpret_cast<uint32_t*>(smem + 2 * kTile + at) = PackPair<T>(v[r * HD + d], v[r * HD + d + 1]);
+    *reinterpret_cast<uint32_t*>(smem + at) = PackPair<T>(k[r * HD + d], k[r * HD + d + 1]);
+    *reinterpret_cast<uint32_t*>(smem + kTile + at) = PackPair<T>(v[r * HD + d], v[r * HD + d + 1]);
   }
   FenceProxyAsyncShared();
   __syncthreads();
+  // Q's A fragments from registers, as FlashWgmmaKernel holds them: rows 16 warp + g (+ 8),
+  // columns 2 qd (+ 8) of each k-step.
+  uint32_t qf[HD / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = 16 * warp + g + 8 * (e & 1), c = 16 * kk + 2 * qd + 8 * (e >> 1);
+      qf[kk][e] = PackPair<T>(q[r * HD + c], q[r * HD + c + 1]);
+    }
+  }
   float s[32];
   FenceOperands<32>(s);
   WgmmaFence();
 #pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) WgmmaSS<64, T>(s, KMajorAt(q_tile, kk), KMajorAt(k_tile, kk), kk > 0 ? 1 : 0);
+  for (int kk = 0; kk < HD / 16; ++kk) WgmmaRS<64, T>(s, qf[kk], KMajorAt(k_tile, kk), kk > 0 ? 1 : 0);
   WgmmaCommit();
   WgmmaWait<0>();
   FenceOperands<32>(s);
@@ -483,11 +520,19 @@ bool FlashWgmmaOn(int64_t max_keys) {
 template <typename T, int HD>
 void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl) {
   const bool tma = WgmmaTma(a.p.block_size);
-  CUtensorMap k_map = {}, v_map = {};
+  // PAGODA_FLASH_TMA_RUNS=0: every paged block its own boxes, even where a tile's blocks are
+  // consecutive slots (a diagnostic: the same bytes land).
+  static const int runs = [] {
+    const char* e = std::getenv("PAGODA_FLASH_TMA_RUNS");
+    return e != nullptr && e[0] == '0' ? 0 : 1;
+  }();
+  CUtensorMap k_map = {}, v_map = {}, k_run_map = {}, v_run_map = {};
   if (tma) {
     const int64_t cols = a.p.num_kv_heads * HD, box = std::min<int64_t>(a.p.block_size, kKeyTile);
     k_map = Bf16TensorMap(a.p.k_cache, INT32_MAX, cols, cols, static_cast<int>(box));
     v_map = Bf16TensorMap(a.p.v_cache, INT32_MAX, cols, cols, static_cast<int>(box));
+    k_run_map = box < kKeyTile ? Bf16TensorMap(a.p.k_cache, INT32_MAX, cols, cols, kKeyTile) : k_map;
+    v_run_map = box < kKeyTile ? Bf16TensorMap(a.p.v_cache, INT32_MAX, cols, cols, kKeyTile) : v_map;
   }
   auto launch = [&]<bool kTma>() {
     constexpr int kGroups = FlashWgmmaGroups(HD, kTma);
@@ -495,7 +540,8 @@ void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool 
     auto* kernel = FlashWgmmaKernel<T, HD, kGroups, kTma>;
     static uint32_t devices_done = 0;
     AllowSmem(kernel, WG::kSmemBytes, &devices_done, true);  // two one-group blocks an SM need the whole 228 KB
-    LaunchDependent(kernel, grid, dim3(WG::kThreads), WG::kSmemBytes, stream, pdl, a, k_map, v_map);
+    LaunchDependent(kernel, grid, dim3(WG::kThreads), WG::kSmemBytes, stream, pdl, a, k_map, v_map, k_run_map,
+                    v_run_map, runs);
   };
   tma ? launch.template operator()<true>() : launch.template operator()<false>();
 }
@@ -513,7 +559,7 @@ void SetFlashWgmma(FlashWgmma mode) { flash::flash_wgmma_mode = mode; }
 void WgmmaTileProductsForTest(const float* q, const float* k, const float* v, const float* p, float* s, float* o,
                               int head_dim, bool f16, cudaStream_t stream) {
   auto run = [&]<typename T, int HD>() {
-    constexpr int kSmem = 3 * WgGeometry<HD, 1>::kTileBytes + 1024;
+    constexpr int kSmem = 2 * WgGeometry<HD, 1>::kTileBytes + 1024;
     static uint32_t devices_done = 0;
     AllowSmem(WgmmaTileProductsKernel<T, HD>, kSmem, &devices_done);
     WgmmaTileProductsKernel<T, HD><<<1, 128, kSmem, stream>>>(q, k, v, p, s, o);

@@ -5,13 +5,14 @@
 // rows each) with kGroups + 1 warpgroups:
 //   - the last warpgroup, the producer, lowers its registers (setmaxnreg) and copies K of tile
 //     n, then V of tile n - 1, from their paged blocks into two rings of kStages stages: by TMA
-//     (one thread, whole paged blocks of at least 8 slots as boxes of 64 values, the tile's
+//     (one thread; whole paged blocks of at least 8 slots as boxes of 64 values, the tile's
 //     bytes completing on the stage's `full` mbarrier), or for smaller blocks by cp.async (every
 //     thread a row chunk, each thread's copies arriving on it); each stage once the consumers
 //     have arrived on its `empty` one (K runs a tile ahead: the consumers score tile n + 1 while
 //     they multiply tile n's P by its V);
 //   - the others, the consumers, raise theirs and each compute S = Q K^T for its 64 rows by
-//     wgmma m64n64k16 from shared memory (Q and K K-major, 128-byte swizzle), the online softmax
+//     wgmma m64n64k16 with Q from registers (each thread reads its own rows' A fragments once,
+//     as the mma.sync kernel does) and K K-major from shared memory, the online softmax
 //     in registers (flash_tile.cuh's TileSoftmax on the accumulators, which are mma.sync's C
 //     layout per warp), and O += P V by wgmma m64nHDk16 with P from registers (mma.sync's A
 //     layout) and V read MN-major. Tile j + 1's S is issued before tile j's P V and its softmax
@@ -21,8 +22,7 @@
 //     keys is masked, adds exact zeros and leaves its maximum, so the bits do not depend on the
 //     rows a block shares.
 // Tiles in shared memory: [64-value column block][64 rows][128 bytes], 16-byte chunk c of row r
-// at chunk c ^ (r % 8), 1024-byte aligned. d128: 113 KB a one-group block (two an SM), 193 KB a
-// two-group one.
+// at chunk c ^ (r % 8), 1024-byte aligned. d128: 161 KB a (two-group) block, one an SM.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,27 +41,29 @@ namespace pagoda::cuda::flash {
 // 128-row blocks for two): two halve the K/V bytes that blocks read per query row.
 template <int HD, int kGroups = 1>
 struct WgGeometry {
-  static constexpr int kTileBytes = kKeyTile * HD * 2;  // K, V or Q: 64 rows
-  // Two groups, d128: a fourth stage fits (225 KB) but gave nothing (H100, 4K: 257 against 260).
+  static constexpr int kTileBytes = kKeyTile * HD * 2;  // K or V: 64 rows
+  // Two groups, d128: a fourth stage fitted beside Q's tiles (225 KB) but gave nothing (H100, 4K:
+  // 257 against 260).
   static constexpr int kStages = kGroups == 1 ? 2 : (HD == 128 ? 3 : 4);
   static constexpr int kConsumers = 128 * kGroups;
   static constexpr int kOBytes = kConsumers * (HD / 2) * 4;  // merged O: [group][value][consumer thread]
-  static constexpr int kQOffset = 0;                         // a Q tile per consumer warpgroup
-  static constexpr int kKOffset = kGroups * kTileBytes;      // K's ring
+  static constexpr int kKOffset = 0;                         // K's ring (Q lives in registers)
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;  // V's ring
   static constexpr int kOOffset = kVOffset + kStages * kTileBytes;
   static constexpr int kTilesBytes = kOOffset + kOBytes;
   // The small part: K full, V full, K empty, V empty barriers (kStages each), the consumer
   // warps' key ranges. It sits in the alignment padding before the tiles when that is large
-  // enough, else after them, so the block needs no more than the tiles and 1 KB: two one-group
-  // d128 blocks of 113 KB (with the driver's 1 KB each) fill an SM's 228 KB exactly.
+  // enough, else after them, so the block needs no more than the tiles and 1 KB.
   static constexpr int kBarriers = 4 * kStages;
   static constexpr int kSmallBytes = kBarriers * 8 + 2 * 4 * kGroups * 4;
   static constexpr int kSmemBytes = 1024 + kTilesBytes;
   static constexpr int kThreads = 128 * (kGroups + 1);
   // setmaxnreg: what the producer gives up, the consumers take (one group: two blocks an SM).
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = kGroups == 1 ? 216 : 232;
+  // Two groups: 2 x 128 x 224 + 128 x 56 = the 168 x 384 registers the block is launched with;
+  // the consumers use about 195 (Q's fragments in registers), the TMA producer's block-table rows
+  // and run flags spill at 40.
+  static constexpr int kProducerRegs = kGroups == 1 ? 40 : 56;
+  static constexpr int kConsumerRegs = kGroups == 1 ? 216 : 224;
 };
 // Byte offset of 16-byte chunk c of row r in a swizzled tile.
 __device__ __forceinline__ uint32_t WgChunk(int r, int c) {

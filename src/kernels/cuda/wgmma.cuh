@@ -58,6 +58,10 @@ template <int N, typename T>
 __device__ __forceinline__ void WgmmaSS(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d);
 template <int N, typename T>
 __device__ __forceinline__ void WgmmaRSTransB(float* d, const uint32_t (&a)[4], uint64_t desc_b);
+// WgmmaRS<N, T>: d (+)= A B^T with A (64 x 16) from registers (mma.sync's A layout per warp) and
+// B (N x 16) K-major through a descriptor, as WgmmaSS's B (scale_d 0: d = A B^T).
+template <int N, typename T>
+__device__ __forceinline__ void WgmmaRS(float* d, const uint32_t (&a)[4], uint64_t desc_b, int scale_d);
 
 // N, T, T's PTX name, the accumulators' count a thread and the next operand's number (as text).
 #define PAGODA_WGMMA_SS(N, T, TYPE, R, NEXT, NEXT1, NEXT2)                                                        \
@@ -76,6 +80,18 @@ __device__ __forceinline__ void WgmmaRSTransB(float* d, const uint32_t (&a)[4], 
                  : PAGODA_WGMMA_D##R(d, 0)                                                                         \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));                                      \
   }
+#define PAGODA_WGMMA_RS_K(N, T, TYPE, R, A0, A1, A2, A3, B, SD)                                                   \
+  template <>                                                                                                      \
+  __device__ __forceinline__ void WgmmaRS<N, T>(float* d, const uint32_t (&a)[4], uint64_t desc_b, int scale_d) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" SD ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N            \
+                 "k16.f32." TYPE "." TYPE " " PAGODA_WGMMA_R##R ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B       \
+                 ", p, 1, 1, 0;\n}\n"                                                                              \
+                 : PAGODA_WGMMA_D##R(d, 0)                                                                         \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));                         \
+  }
+PAGODA_WGMMA_RS_K(64, __nv_bfloat16, "bf16", 32, "32", "33", "34", "35", "36", "37")
+PAGODA_WGMMA_RS_K(64, __half, "f16", 32, "32", "33", "34", "35", "36", "37")
+#undef PAGODA_WGMMA_RS_K
 PAGODA_WGMMA_SS(64, __nv_bfloat16, "bf16", 32, "32", "33", "34")
 PAGODA_WGMMA_SS(128, __nv_bfloat16, "bf16", 64, "64", "65", "66")
 PAGODA_WGMMA_SS(256, __nv_bfloat16, "bf16", 128, "128", "129", "130")
