@@ -92,10 +92,7 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
     if (shape == cuda::FlashShape::kWide) {
       const int64_t per_item = cuda::FlashTokensPerItem(p, keys);
       if (s.flash_items_serial != s.step_serial || s.flash_items_per_item != per_item) {
-        // Ordered by the keys of this (the step's first wide) layer's rows: only the blocks' order
-        // depends on it, never a result.
-        const std::vector<cuda::FlashWorkItem> list =
-            cuda::FlashWorkItems(s.step->query_start_loc, s.step->positions, p.sliding_window, per_item);
+        const std::vector<cuda::FlashWorkItem> list = cuda::FlashWorkItems(s.step->query_start_loc, per_item);
         s.flash_items.Upload(list.data(), static_cast<int64_t>(list.size()));
         s.flash_items_serial = s.step_serial;
         s.flash_items_per_item = per_item;

@@ -19,7 +19,6 @@
 #include "backend/cpu_backend.h"
 #include "backend/cuda_backend.h"
 #include "core/dtype.h"
-#include "core/error.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/params/rope_params.h"
 #include "tests/cuda/cuda_ops_fixture.h"
@@ -386,35 +385,12 @@ TEST_F(CudaOpsTest, WgmmaTileProductsMatchTheReference) {
   }
 }
 
-// The wide launch's items (host planning): runs of at most 2 tokens cut from each sequence's
-// end, ordered by the keys their rows see, most first, ties in the step's order; a sliding
-// window counts from the first row's window start; too few positions is an error.
-TEST(FlashPlanTest, WorkItemsComeMostKeysFirst) {
-  const std::vector<int32_t> starts = {0, 5, 9, 12};  // 5 tokens from 0, 4 from 10 (a prefix hit), 3 from 0
-  const std::vector<int32_t> positions = {0, 1, 2, 3, 4, 10, 11, 12, 13, 0, 1, 2};
-  auto pairs = [](const std::vector<cuda::FlashWorkItem>& items) {
-    std::vector<std::array<int32_t, 2>> v;
-    for (const auto& it : items) v.push_back({it.first_token, it.num_tokens});
-    return v;
-  };
-  // Keys: [7, 9) 14, [5, 7) 12, [3, 5) 5, [1, 3) 3, [10, 12) 3, [0, 1) 1, [9, 10) 1.
-  EXPECT_EQ(pairs(cuda::FlashWorkItems(starts, positions, 0, 2)),
-            (std::vector<std::array<int32_t, 2>>{{7, 2}, {5, 2}, {3, 2}, {1, 2}, {10, 2}, {0, 1}, {9, 1}}));
-  // A window of 4: [7, 9) sees 9..13 (5 keys), [5, 7) 7..11 (5), [3, 5) 0..4 (5): the tie keeps
-  // the step's order, sequence 0 first.
-  EXPECT_EQ(pairs(cuda::FlashWorkItems(starts, positions, 4, 2)),
-            (std::vector<std::array<int32_t, 2>>{{3, 2}, {7, 2}, {5, 2}, {1, 2}, {10, 2}, {0, 1}, {9, 1}}));
-  const std::vector<int32_t> short_positions(positions.begin(), positions.end() - 1);
-  EXPECT_THROW(cuda::FlashWorkItems(starts, short_positions, 0, 2), Error);
-}
-
 // The wide shape on wgmma (kernels/cuda/flash_wgmma.cuh) gives the mma.sync wide kernel's bits:
 // prefills of sequences of 1..2600 tokens (segments of 128, 256 and 512 keys, blocks whose rows
 // straddle 1024 and 2048 keys), GQA groups 1, 4 and 8, head dims 64 and 128, with and without a
 // sliding window, with K/V by TMA (blocks of 16 and 32 slots, shuffled or mostly consecutive, so
-// that tiles copied as one run of blocks meet tiles copied block by block) and by cp.async (4),
-// on every grid (one wave, a block a work, 3 blocks each walking many works); and a chunk at an
-// offset (a prefix hit).
+// that tiles copied as one run of blocks meet tiles copied block by block) and by cp.async (4);
+// and a chunk at an offset (a prefix hit).
 TEST_F(CudaOpsTest, FlashWgmmaGivesTheMmaBits) {
   for (const auto& [hd, group, window, bs, runs] : std::vector<std::array<int64_t, 5>>{
        {64, 1, 0, 16, 0}, {64, 4, 700, 16, 0}, {64, 8, 0, 16, 0}, {64, 4, 0, 4, 0}, {128, 1, 0, 16, 0},
@@ -437,23 +413,17 @@ TEST_F(CudaOpsTest, FlashWgmmaGivesTheMmaBits) {
                v = RandomVector(n * kv_heads * hd, 53);
     gpu_->BeginStep(step, *cache);
     gpu_->WriteKV(*cache, 0, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
-    // mma.sync, then wgmma on one wave of blocks, a block a work, and 3 blocks walking every work.
     std::vector<std::vector<float>> outs;
-    for (const int64_t blocks : {int64_t{0}, int64_t{0}, int64_t{-1}, int64_t{3}}) {
-      cuda::SetFlashWgmma(outs.empty() ? cuda::FlashWgmma::kOff : cuda::FlashWgmma::kOn);
-      cuda::SetFlashWgmmaBlocks(blocks);
+    for (const bool wgmma : {false, true}) {
+      cuda::SetFlashWgmma(wgmma ? cuda::FlashWgmma::kOn : cuda::FlashWgmma::kOff);
       const TensorView og = arena_->Make(n, row);
       gpu_->PagedAttention(*cache, 0, layer, arena_->Make(n, row, q), og);
       outs.push_back(arena_->Read(og));
     }
     cuda::SetFlashWgmma(cuda::FlashWgmma::kAuto);
-    cuda::SetFlashWgmmaBlocks(0);
-    for (size_t i = 1; i < outs.size(); ++i) {
-      SCOPED_TRACE("wgmma grid " + std::to_string(i));
-      for (int64_t t = 0; t < n; ++t) {
-        ASSERT_EQ(std::memcmp(outs[0].data() + t * row, outs[i].data() + t * row, row * sizeof(float)), 0)
-            << "token " << t << " of " << n;
-      }
+    for (int64_t t = 0; t < n; ++t) {
+      ASSERT_EQ(std::memcmp(outs[0].data() + t * row, outs[1].data() + t * row, row * sizeof(float)), 0)
+          << "token " << t << " of " << n;
     }
     // Sequence 4's tokens [1500, 2060) as a chunk of their own (queries at an offset).
     const int64_t at = step.query_start_loc[4] + 1500;  // before the builder is reset

@@ -80,12 +80,9 @@ int FlashSplitDepth(int64_t max_keys);
 // (16 / group tokens a warp, four warps), or 128 where the wgmma kernel serves the step with two
 // consumer warpgroups a block.
 int64_t FlashTokensPerItem(const PagedAttentionParams& p, int64_t max_keys);
-// The wide launch's items: every sequence (query_start_loc and positions, as in StepDescription)
-// cut into runs of at most `tokens_per_item` tokens, ordered by the keys their rows see (the last
-// row's position + 1, less the first row's window start under a sliding window), most first, so
-// that the longest blocks start first and the wgmma kernel's snake deals even shares.
-std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, std::span<const int32_t> positions,
-                                          int64_t sliding_window, int64_t tokens_per_item);
+// The wide launch's items: every sequence (query_start_loc, as in StepDescription) cut into
+// runs of at most `tokens_per_item` tokens, the longest-context runs first.
+std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, int64_t tokens_per_item);
 
 // The wide shape on Hopper warpgroup products (flash_wgmma.cu) for bf16/f16 caches: the same
 // bits as the mma.sync wide kernel, faster once rows are long (H100, causal prefill, one call:
@@ -95,11 +92,6 @@ std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_l
 enum class FlashWgmma { kAuto, kOff, kOn };
 constexpr int64_t kFlashWgmmaMinKeys = 1024;  // both head dims
 void SetFlashWgmma(FlashWgmma mode);
-// Its grid: one wave of blocks (0, the default), each walking its share of the works (work items
-// x KV heads, dealt longest first in a snake), the producer copying a block's next work's first
-// tiles while its consumers finish the last one; at most max_blocks (> 0: a test's few blocks
-// with many works each); or a block a work (< 0). PAGODA_FLASH_PERSISTENT=0 / N sets -1 / N.
-void SetFlashWgmmaBlocks(int64_t max_blocks);
 // Its building blocks alone (a test): S = Q K^T [64 x 64] and O = P V [64 x head_dim] for one
 // tile, q/k/v [64, head_dim] and p [64, 64] f32 device rows rounded to bf16 (f16: f16).
 void WgmmaTileProductsForTest(const float* q, const float* k, const float* v, const float* p, float* s, float* o,

@@ -30,7 +30,6 @@ struct KernelArgs {
   int k_scale_group, v_scale_group;  // int8, int4: values per scale
   float v_global;                    // nvfp4: V's tensor scale (1 when the format's is 0)
   int tma;  // the one-warp shapes: K/V tiles by bulk tensor copies (FlashRowsTma), else cp.async
-  int num_items = 0;  // the wgmma kernel: work items (its works are items x KV heads)
 };
 
 __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int pos) {

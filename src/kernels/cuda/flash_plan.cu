@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <vector>
 
-#include "core/error.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/flash_kernel_args.cuh"
 #include "kernels/cuda/launch_info.h"
@@ -68,25 +66,16 @@ int64_t FlashTokensPerItem(const PagedAttentionParams& p, int64_t max_keys) {
   return WideOnWgmma(p, max_keys) ? rows64 * FlashWgmmaGroups(p.head_dim, WgmmaTma(p.block_size)) : rows64;
 }
 
-std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, std::span<const int32_t> positions,
-                                          int64_t sliding_window, int64_t tokens_per_item) {
-  PAGODA_CHECK(!query_start_loc.empty() && positions.size() >= static_cast<size_t>(query_start_loc.back()))
-      << "FlashWorkItems: " << positions.size() << " positions for "
-      << (query_start_loc.empty() ? 0 : query_start_loc.back()) << " tokens";
-  std::vector<std::pair<int64_t, FlashWorkItem>> keyed;
+std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_loc, int64_t tokens_per_item) {
+  std::vector<FlashWorkItem> items;
   for (size_t s = 0; s + 1 < query_start_loc.size(); ++s) {
     const int32_t begin = query_start_loc[s], end = query_start_loc[s + 1];
+    // The sequence's last run (the most keys) first: long blocks start early.
     for (int64_t stop = end; stop > begin; stop -= tokens_per_item) {
       const int64_t start = std::max<int64_t>(begin, stop - tokens_per_item);
-      const int64_t first = positions[start], last = positions[stop - 1];
-      const int64_t from = sliding_window > 0 ? std::max<int64_t>(0, first - sliding_window + 1) : 0;
-      keyed.push_back({last + 1 - from, {static_cast<int32_t>(start), static_cast<int32_t>(stop - start)}});
+      items.push_back({static_cast<int32_t>(start), static_cast<int32_t>(stop - start)});
     }
   }
-  std::stable_sort(keyed.begin(), keyed.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
-  std::vector<FlashWorkItem> items;
-  items.reserve(keyed.size());
-  for (const auto& [keys, item] : keyed) items.push_back(item);
   return items;
 }
 

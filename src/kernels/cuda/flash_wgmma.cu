@@ -3,7 +3,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -29,71 +28,6 @@ template <int N>
 __device__ __forceinline__ void FenceOperands(float* r) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-
-// A work of the wgmma kernel: KV head kvh's rows of tokens [t_begin, t_end) (one work item),
-// which see keys [lo, hi] (hi < 0: no valid row).
-struct WgWork {
-  int kvh, t_begin, t_end, lo, hi;
-};
-
-// The keys that the rows of a block's 4 x kGroups consumer warps see (the union of their
-// WarpKeyRange), as any whole warp of the block computes them: lane l takes the (warp, g) pairs
-// l, l + 32, ... and the warp reduces.
-template <int kGroups>
-__device__ __forceinline__ void BlockKeyRange(const KernelArgs& a, int t_begin, int t_end, int kvh, int lane,
-                                              int& lo, int& hi) {
-  lo = INT_MAX;
-  hi = -1;
-#pragma unroll
-  for (int i = 0; i < kGroups; ++i) {
-    const int c = lane + 32 * i, cw = c >> 3, g = c & 7;
-    const int w_begin = min(t_end, t_begin + cw * a.tokens_per_warp);
-    const int w_end = min(t_end, w_begin + a.tokens_per_warp);
-    Rows rows;
-    int64_t out_rows[2];
-    WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (rows.valid[h]) {
-        lo = min(lo, rows.first[h]);
-        hi = max(hi, rows.pos[h]);
-      }
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
-    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
-  }
-}
-
-// Work w: item w / num_kv_heads (the items come longest first, FlashWorkItems), KV head
-// w % num_kv_heads. Block b of G takes works b, 2G - 1 - b, 2G + b, 4G - 1 - b, ...: the works
-// dealt like cards in a snake, so that every block's works add up to about the same keys (a
-// causal prefill's works differ up to 16-fold at 1K tokens); with a block a work (G = works) each
-// takes one.
-__device__ __forceinline__ int BlockWork(int k) {
-  const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
-  return k * grid + ((k & 1) != 0 ? grid - 1 - b : b);
-}
-
-// Work w's Q rows into L2 (a whole warp, lane l every 32nd 128-byte line), so that the consumers'
-// reads of them at the work's start hit L2. A token's rows of one KV head's query heads are
-// contiguous (group x HD floats).
-template <int HD>
-__device__ __forceinline__ void PrefetchQ(const KernelArgs& a, int w, int num_work, int lane) {
-  if (w >= num_work) return;
-  const int num_kv = static_cast<int>(a.p.num_kv_heads);
-  const FlashWorkItem item = a.items[w / num_kv];
-  const int kvh = w % num_kv;
-  const int lines = a.group * HD * 4 / 128, total = item.num_tokens * lines;
-  for (int i = lane; i < total; i += 32) {
-    const int t = i / lines, l = i - t * lines;
-    const float* row = a.p.q + (static_cast<int64_t>(item.first_token + t) * a.p.num_heads +
-                                static_cast<int64_t>(kvh) * a.group) * HD;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + l * 128));
-  }
 }
 
 // The wide shape on Hopper warpgroup products (flash_wgmma.cuh): bf16/f16 caches, the same
@@ -124,17 +58,22 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   // Barrier b of stage s: b = 0 K full, 1 V full, 2 K empty, 3 V empty.
   auto bar = [&](int b, int stage) { return SmemAddr(small) + (b * kStages + stage) * 8; };
   const PagedAttentionParams& p = a.p;
-  const int num_kv = static_cast<int>(p.num_kv_heads);
-  const int num_work = a.num_items * num_kv;
-  auto work_at = [&](int w) {  // a whole warp
-    WgWork k;
-    const FlashWorkItem item = a.items[w / num_kv];
-    k.kvh = w % num_kv;
-    k.t_begin = item.first_token;
-    k.t_end = item.first_token + item.num_tokens;
-    BlockKeyRange<kGroups>(a, k.t_begin, k.t_end, k.kvh, lane, k.lo, k.hi);
-    return k;
-  };
+  const int kvh = blockIdx.y;
+  const FlashWorkItem item = a.items[blockIdx.x];
+  const int t_begin = item.first_token, t_end = item.first_token + item.num_tokens;
+
+  // The consumer thread's rows, as the wide kernel's warp `warp` holds them.
+  const int w_begin = min(t_end, t_begin + cw * a.tokens_per_warp);
+  const int w_end = min(t_end, w_begin + a.tokens_per_warp);
+  Rows rows;
+  int64_t out_rows[2];
+  WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
+  const WarpKeys keys = WarpKeyRange(rows);
+  int (*range_s)[4 * kGroups] = reinterpret_cast<int (*)[4 * kGroups]>(small + WG::kBarriers * 8);
+  if (wg < kGroups && lane == 0) {
+    range_s[0][cw] = keys.lo;
+    range_s[1][cw] = keys.hi;
+  }
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       MbarrierInit(bar(0, s), kTma ? 1 : 128);  // the producer's copies of K (TMA: one thread)
@@ -145,138 +84,118 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   }
   __syncthreads();
   GridDependencyWait();  // as FlashAttentionKernel: every block, before Q and K/V (a no-op without pdl)
-  // The block walks its works (BlockWork) one after the other, the stages' phases counting tiles
-  // across them, so the producer copies the next work's first tiles while the consumers finish
-  // the last one's rows.
+  int lo = INT_MAX, hi = -1;
+#pragma unroll
+  for (int w = 0; w < 4 * kGroups; ++w) {
+    lo = min(lo, range_s[0][w]);
+    hi = max(hi, range_s[1][w]);
+  }
+  if (hi < 0) return;
+  const int tile_lo = lo / kKeyTile, tile_hi = hi / kKeyTile;
 
   if (wg == kGroups) {
     // The producer: K of tile n, then V of tile n - 1, each into its ring as soon as the
     // consumers are done with the stage it replaces. K runs a tile ahead of V because the
     // consumers score tile n + 1 while they multiply tile n's P by its V.
     SetMaxRegistersDec<WG::kProducerRegs>();
-    int n0 = 0;  // tiles of the block's earlier works (either ring)
     if constexpr (kTma) {
-      if (warp != 0) return;  // one warp finds each work's keys; its lane 0 copies
+      if (tid != 128 * kGroups) return;  // one thread copies K and V
+      const int32_t* table = p.block_tables[t_begin];
       const int bs = static_cast<int>(p.block_size);
       const int box = min(bs, kKeyTile), boxes = kKeyTile / box;  // rows a box, boxes a tile
       const int bs_shift = __ffs(bs) - 1;
       constexpr int kBoxes = kKeyTile / 8;  // at most
-      for (int k = 0;; ++k) {
-        const int w = BlockWork(k);
-        if (w >= num_work) break;
-        const WgWork wk = work_at(w);
-        if (wk.hi >= 0 && lane == 0) {
-          const int lo = wk.lo, hi = wk.hi, tile_lo = lo / kKeyTile, tile_hi = hi / kKeyTile;
-          const int32_t* table = p.block_tables[wk.t_begin];
-          // Tile j's box rows (slot of its first key) from the block table; out of the range: a
-          // negative row, zeros. Returns whether the tile's paged blocks are one run of
-          // consecutive slots, all inside the range (`runs`): then one box of 64 rows a column
-          // block copies it (k_run_map / v_run_map), the same bytes to the same places as the
-          // blocks' boxes.
-          auto rows_of = [&](int j, int (&row)[kBoxes]) {
-            bool run = runs != 0 && boxes > 1;
+      // Tile j's box rows (slot of its first key) from the block table; out of the range: a
+      // negative row, zeros. Returns whether the tile's paged blocks are one run of consecutive
+      // slots, all inside the range (`runs`): then one box of 64 rows a column block copies it
+      // (k_run_map / v_run_map), the same bytes to the same places as the blocks' boxes.
+      auto rows_of = [&](int j, int (&row)[kBoxes]) {
+        bool run = runs != 0 && boxes > 1;
 #pragma unroll
-            for (int i = 0; i < kBoxes; ++i) {
-              const int key0 = j * kKeyTile + i * box;
-              const bool inside = i < boxes && key0 + box - 1 >= lo && key0 <= hi;
-              row[i] = inside ? table[key0 >> bs_shift] * bs + (key0 & (bs - 1)) : -box;
-              if (i < boxes) run = run && row[i] == row[0] + i * box && row[i] >= 0;
-            }
-            return run;
-          };
-          auto load = [&](uint32_t tile, const CUtensorMap& map, const CUtensorMap& run_map, const int (&row)[kBoxes],
-                          bool run, uint32_t barrier) {
-            MbarrierArriveExpectTx(barrier, WG::kTileBytes);
-            if (run) {
+        for (int i = 0; i < kBoxes; ++i) {
+          const int key0 = j * kKeyTile + i * box;
+          row[i] = i < boxes && key0 + box - 1 >= lo && key0 <= hi ? table[key0 >> bs_shift] * bs + (key0 & (bs - 1))
+                                                                 : -box;
+          if (i < boxes) run = run && row[i] == row[0] + i * box && row[i] >= 0;
+        }
+        return run;
+      };
+      auto load = [&](uint32_t tile, const CUtensorMap& map, const CUtensorMap& run_map, const int (&row)[kBoxes],
+                      bool run, uint32_t barrier) {
+        MbarrierArriveExpectTx(barrier, WG::kTileBytes);
+        if (run) {
 #pragma unroll
-              for (int h = 0; h < HD / 64; ++h) {
-                TmaLoad2D(tile + h * (kKeyTile * 128), run_map, wk.kvh * HD + h * 64, row[0], barrier);
-              }
-              return;
-            }
+          for (int h = 0; h < HD / 64; ++h) TmaLoad2D(tile + h * (kKeyTile * 128), run_map, kvh * HD + h * 64, row[0], barrier);
+          return;
+        }
 #pragma unroll
-            for (int i = 0; i < kBoxes; ++i) {
-              if (i >= boxes) break;
+        for (int i = 0; i < kBoxes; ++i) {
+          if (i >= boxes) break;
 #pragma unroll
-              for (int h = 0; h < HD / 64; ++h) {
-                TmaLoad2D(tile + h * (kKeyTile * 128) + i * box * 128, map, wk.kvh * HD + h * 64, row[i], barrier);
-              }
-            }
-          };
-          // Tile j's rows are read from the table before the wait for its stage, their latency
-          // hidden behind it (H100, causal d128 at 4K tokens: 256 TFLOP/s against 221 read after
-          // the wait), and serve its V a tile later.
-          int k_rows[kBoxes], v_rows[kBoxes];
-          bool k_run = rows_of(tile_lo, k_rows), v_run = false;
-          for (int j = tile_lo, i = 0; j <= tile_hi + 1; ++j, ++i) {
-            if (j <= tile_hi) {
-              const int n = n0 + i, stage = n % kStages;
-              if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
-              load(k_tile(stage), k_map, k_run_map, k_rows, k_run, bar(0, stage));
-            }
-            if (i >= 1) {
-              const int m = n0 + i - 1, stage = m % kStages;
-              if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
-              load(v_tile(stage), v_map, v_run_map, v_rows, v_run, bar(1, stage));
-            }
-#pragma unroll
-            for (int b = 0; b < kBoxes; ++b) v_rows[b] = k_rows[b];
-            v_run = k_run;
-            if (j < tile_hi) k_run = rows_of(j + 1, k_rows);
+          for (int h = 0; h < HD / 64; ++h) {
+            TmaLoad2D(tile + h * (kKeyTile * 128) + i * box * 128, map, kvh * HD + h * 64, row[i], barrier);
           }
         }
-        __syncwarp();
-        if (wk.hi >= 0) n0 += wk.hi / kKeyTile - wk.lo / kKeyTile + 1;
-        // The next work's Q into L2 while the consumers finish this one (its copies are issued).
-        PrefetchQ<HD>(a, BlockWork(k + 1), num_work, lane);
+      };
+      // Tile j's rows are read from the table before the wait for its stage, their latency hidden
+      // behind it (H100, causal d128 at 4K tokens: 256 TFLOP/s against 221 read after the wait),
+      // and serve its V a tile later.
+      int k_rows[kBoxes], v_rows[kBoxes];
+      bool k_run = rows_of(tile_lo, k_rows), v_run = false;
+      for (int j = tile_lo, n = 0; j <= tile_hi + 1; ++j, ++n) {
+        if (j <= tile_hi) {
+          const int stage = n % kStages;
+          if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
+          load(k_tile(stage), k_map, k_run_map, k_rows, k_run, bar(0, stage));
+        }
+        if (n >= 1) {
+          const int m = n - 1, stage = m % kStages;
+          if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
+          load(v_tile(stage), v_map, v_run_map, v_rows, v_run, bar(1, stage));
+        }
+#pragma unroll
+        for (int i = 0; i < kBoxes; ++i) v_rows[i] = k_rows[i];
+        v_run = k_run;
+        if (j < tile_hi) k_run = rows_of(j + 1, k_rows);
       }
       return;
     }
     constexpr int kRowStep = 128 / kChunks, kPer = kKeyTile / kRowStep;  // a thread's rows a tile
     const int ptid = tid - 128 * kGroups, c = ptid % kChunks, r0 = ptid / kChunks;
+    const int32_t* table = p.block_tables[t_begin];
     const int bs_shift = __ffs(static_cast<int>(p.block_size)) - 1;
     const int bs_mask = static_cast<int>(p.block_size) - 1;
     const int64_t slot_bytes = p.num_kv_heads * HD * 2;
+    const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(kvh) * HD * 2 + c * 16;
+    const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(kvh) * HD * 2 + c * 16;
     static_assert(kRowStep % 8 == 0, "a thread's rows share their swizzle");
     const uint32_t chunk0 = WgChunk(r0, c);
-    for (int k = 0;; ++k) {
-      const int w = BlockWork(k);
-      if (w >= num_work) break;
-      const WgWork wk = work_at(w);
-      if (wk.hi < 0) continue;
-      const int lo = wk.lo, hi = wk.hi, tile_lo = lo / kKeyTile, tile_hi = hi / kKeyTile;
-      const int32_t* table = p.block_tables[wk.t_begin];
-      const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(wk.kvh) * HD * 2 + c * 16;
-      const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(wk.kvh) * HD * 2 + c * 16;
-      auto copy = [&](uint32_t tile, const char* src, int j) {
-        int slot[kPer];
+    auto copy = [&](uint32_t tile, const char* src, int j) {
+      int slot[kPer];
 #pragma unroll
-        for (int i = 0; i < kPer; ++i) {  // the block table first, so its reads overlap
-          const int key = j * kKeyTile + r0 + i * kRowStep;
-          const bool inside = key >= lo && key <= hi;
-          slot[i] = inside ? table[key >> bs_shift] * static_cast<int>(p.block_size) + (key & bs_mask) : -1;
-        }
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-          CpAsync16(tile + chunk0 + i * kRowStep * 128, src + static_cast<int64_t>(max(slot[i], 0)) * slot_bytes,
-                    slot[i] >= 0);
-        }
-      };
-      for (int j = tile_lo, i = 0; j <= tile_hi + 1; ++j, ++i) {
-        if (j <= tile_hi) {
-          const int n = n0 + i, stage = n % kStages;
-          if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
-          copy(k_tile(stage), k_base, j);
-          CpAsyncArriveOn(bar(0, stage));
-        }
-        if (i >= 1) {
-          const int m = n0 + i - 1, stage = m % kStages;
-          if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
-          copy(v_tile(stage), v_base, j - 1);
-          CpAsyncArriveOn(bar(1, stage));
-        }
+      for (int i = 0; i < kPer; ++i) {  // the block table first, so its reads overlap
+        const int key = j * kKeyTile + r0 + i * kRowStep;
+        slot[i] = key >= lo && key <= hi ? table[key >> bs_shift] * static_cast<int>(p.block_size) + (key & bs_mask) : -1;
       }
-      n0 += tile_hi - tile_lo + 1;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        CpAsync16(tile + chunk0 + i * kRowStep * 128, src + static_cast<int64_t>(max(slot[i], 0)) * slot_bytes,
+                  slot[i] >= 0);
+      }
+    };
+    for (int j = tile_lo, n = 0; j <= tile_hi + 1; ++j, ++n) {
+      if (j <= tile_hi) {
+        const int stage = n % kStages;
+        if (n >= kStages) MbarrierWait(bar(2, stage), ((n / kStages) - 1) & 1);
+        copy(k_tile(stage), k_base, j);
+        CpAsyncArriveOn(bar(0, stage));
+      }
+      if (n >= 1) {
+        const int m = n - 1, stage = m % kStages;
+        if (m >= kStages) MbarrierWait(bar(3, stage), ((m / kStages) - 1) & 1);
+        copy(v_tile(stage), v_base, j - 1);
+        CpAsyncArriveOn(bar(1, stage));
+      }
     }
     CpAsyncWait<0>();
     return;
@@ -284,251 +203,234 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
 
   // The consumers.
   SetMaxRegistersInc<WG::kConsumerRegs>();
-  int n0 = 0;  // tiles of the block's earlier works (either ring)
-  for (int k = 0;; ++k) {
-    const int w = BlockWork(k);
-    if (w >= num_work) break;
-    const WgWork wk = work_at(w);
-    if (wk.hi < 0) continue;
-    const int kvh = wk.kvh, t_begin = wk.t_begin, t_end = wk.t_end;
-    const int tile_lo = wk.lo / kKeyTile, tile_hi = wk.hi / kKeyTile;
-    // The consumer thread's rows, as the wide kernel's warp `warp` holds them.
-    const int w_begin = min(t_end, t_begin + cw * a.tokens_per_warp);
-    const int w_end = min(t_end, w_begin + a.tokens_per_warp);
-    Rows rows;
-    int64_t out_rows[2];
-    WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
-    // Q as the scores' A fragments in registers, rounded to T, read from the thread's own rows
-    // (mma.sync's A layout: rows g and g + 8 of the warp, columns 2q and 2q + 8 of each k-step),
-    // as the mma.sync kernel reads them; padding rows are zeros. Only K is read from shared memory.
-    // The reads are issued here and rounded once the first K tile has landed, so their latency
-    // hides behind the first copies'.
-    float2 qv[HD / 16][4];
-    {
-      const float* q_rows[2] = {rows.valid[0] ? p.q + out_rows[0] * HD : nullptr,
-                                rows.valid[1] ? p.q + out_rows[1] * HD : nullptr};
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e & 1, d = kk * 16 + 2 * q + 8 * (e >> 1);
-          qv[kk][e] = q_rows[h] != nullptr ? *reinterpret_cast<const float2*>(q_rows[h] + d) : make_float2(0.0f, 0.0f);
-        }
-      }
-    }
-    uint32_t qf[HD / 16][4];
-
-    State<HD> st;
-    st.Reset(0);
-    st.Reset(1);
-    float M[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
-    bool merged[2] = {false, false};
-    float* o_s = reinterpret_cast<float*>(smem + WG::kOOffset) + wg * 128 * (HD / 2) + (tid & 127);
-    // Rows `now` merge their segment (running max m, this thread's part of the sum l, O in the
-    // accumulators) into the result; the accumulators are left as they are (the tile loop zeroes
-    // them for the rows' next segment).
-    auto flush = [&](const bool (&now)[2], const float (&m)[2], const float (&l)[2]) {
-      const float l_total[2] = {QuadSum(l[0]), QuadSum(l[1])};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (!now[h]) continue;
-        if (rows.valid[h] && m[h] != -INFINITY) {
-          if (!merged[h]) {
-            M[h] = m[h];
-            L[h] = l_total[h];
-#pragma unroll
-            for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-              o_s[(dt * 4 + 2 * h) * 128] = st.acc[dt][2 * h];
-              o_s[(dt * 4 + 2 * h + 1) * 128] = st.acc[dt][2 * h + 1];
-            }
-            merged[h] = true;
-          } else {
-            const MergeScales sc = ScalesFor(M[h], m[h]);
-#pragma unroll
-            for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-#pragma unroll
-              for (int jj = 0; jj < 2; ++jj) {
-                float& o = o_s[(dt * 4 + 2 * h + jj) * 128];
-                o = Blend(o, st.acc[dt][2 * h + jj], sc);
-              }
-            }
-            L[h] = Blend(L[h], l_total[h], sc);
-            M[h] = sc.m;
-          }
-        }
-      }
-    };
-    auto mask_of = [&](int j) {
-      const int start = j * kKeyTile;
-      bool inside = true;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (rows.valid[h]) inside = inside && start >= rows.first[h] && start + kKeyTile - 1 <= rows.pos[h];
-      }
-      return __any_sync(0xffffffffu, !inside);
-    };
-    float s[8][4];
-    float* s_flat = &s[0][0];
-    // The softmax of the scores in s for the tile from key `start`, the mask test only where some
-    // row of the warp has keys of the tile outside its window (a warp-uniform branch: the masked
-    // form's compares and selects stay off the common path).
-    auto softmax = [&](int start, bool mask, float (&corr)[2]) {
-      if (mask) {
-        TileSoftmax<HD, false, false>(TileK<HD>{nullptr}, start, rows, a.scale_log2, true, st, s, corr);
-      } else {
-        TileSoftmax<HD, false, false>(TileK<HD>{nullptr}, start, rows, a.scale_log2, false, st, s, corr);
-      }
-    };
-    float* o_flat = &st.acc[0][0];
-    // The tiles' descriptors, once: a stage or k-step moves the start address field only.
-    const uint64_t k_desc = KMajorAt(k_tile(0), 0);
-    const uint64_t v_desc = VAt(v_tile(0), 0);
-    constexpr uint64_t kStageStep = WG::kTileBytes >> 4;
-    auto issue_scores = [&](int stage) {
-      FenceOperands<32>(s_flat);
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        WgmmaRS<64, T>(s_flat, qf[kk], k_desc + stage * kStageStep + KMajorStep(kk), kk > 0 ? 1 : 0);
-      }
-      WgmmaCommit();
-    };
-    uint32_t pf[4][4];
-    auto issue_values = [&](int stage) {
-      FenceOperands<HD / 2>(o_flat);
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-        WgmmaRSTransB<HD, T>(o_flat, pf[kk], v_desc + stage * kStageStep + VStep(kk));
-      }
-      WgmmaCommit();
-    };
-    auto release = [&](uint32_t barrier) {
-      __syncwarp();
-      if (lane == 0) MbarrierArrive(barrier);
-    };
-    // cp.async's copies are generic-proxy writes that wgmma's operand reads must be fenced from;
-    // TMA's land through the async proxy, ordered by the stage's barrier alone.
-    auto fence_copies = [] {
-      if constexpr (!kTma) FenceProxyAsyncShared();
-    };
-
-    MbarrierWait(bar(0, n0 % kStages), (n0 / kStages) & 1);
+  // Q as the scores' A fragments in registers, rounded to T, read from the thread's own rows
+  // (mma.sync's A layout: rows g and g + 8 of the warp, columns 2q and 2q + 8 of each k-step),
+  // as the mma.sync kernel reads them; padding rows are zeros. Only K is read from shared memory.
+  // The reads are issued here and rounded once the first K tile has landed, so their latency
+  // hides behind the first copies'.
+  float2 qv[HD / 16][4];
+  {
+    const float* q_rows[2] = {rows.valid[0] ? p.q + out_rows[0] * HD : nullptr,
+                              rows.valid[1] ? p.q + out_rows[1] * HD : nullptr};
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) qf[kk][e] = PackPair<T>(qv[kk][e].x, qv[kk][e].y);
-    }
-    fence_copies();
-    issue_scores(n0 % kStages);
-    WgmmaWait<0>();
-    FenceOperands<32>(s_flat);
-    release(bar(2, n0 % kStages));
-    {
-      float corr[2];  // O is still zero
-      softmax(tile_lo * kKeyTile, mask_of(tile_lo), corr);
-    }
-    // P of tile j as the second product's A fragments (16 keys a k-step).
-    auto pack_p = [&] {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        pf[kk][0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
-        pf[kk][1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
-        pf[kk][2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pf[kk][3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      }
-    };
-    // Every tile but the last: one straight path, so that ptxas sees which group each wait
-    // retires (a path that may or may not have issued S would make it serialize the products).
-    int n = n0;
-    for (int j = tile_lo; j < tile_hi; ++j, ++n) {
-      pack_p();
-      const int stage = n % kStages, next = (n + 1) % kStages;
-      MbarrierWait(bar(0, next), ((n + 1) / kStages) & 1);
-      fence_copies();
-      issue_scores(next);
-      MbarrierWait(bar(1, stage), (n / kStages) & 1);
-      fence_copies();
-      issue_values(stage);
-      // Tile j + 1's softmax while tile j's P V runs. A row whose segment ends after tile j
-      // starts the next from a fresh state; its old one merges once P V is done. The others'
-      // O is rescaled then.
-      WgmmaWait<1>();
-      FenceOperands<32>(s_flat);
-      release(bar(2, next));
-      const int end = (j + 1) * kKeyTile;
-      const bool unit = end % kFlashSegmentUnit == 0;  // segments are powers of two
-      const bool now[2] = {unit && (end & (rows.seg[0] - 1)) == 0, unit && (end & (rows.seg[1] - 1)) == 0};
-      const float m_old[2] = {st.m[0], st.m[1]}, l_old[2] = {st.l[0], st.l[1]};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (now[h]) {
-          st.m[h] = -INFINITY;
-          st.l[h] = 0.0f;
-        }
-      }
-      float corr[2];
-      softmax(end, mask_of(j + 1), corr);
-      WgmmaWait<0>();
-      FenceOperands<HD / 2>(o_flat);
-      release(bar(3, stage));
-      if (__any_sync(0xffffffffu, now[0] || now[1])) flush(now, m_old, l_old);
-      // O for tile j + 1's P V: zero where a segment ended, else rescaled (x * 1 is x, so a warp
-      // whose rows kept their maxima skips it). The zero comes from a mask on the product, not a
-      // conditional write: ptxas would otherwise copy every accumulator out of the product's
-      // registers and back each tile.
-      if (__any_sync(0xffffffffu, now[0] || now[1] || corr[0] != 1.0f || corr[1] != 1.0f)) {
-        const uint32_t keep[2] = {now[0] ? 0u : ~0u, now[1] ? 0u : ~0u};
-#pragma unroll
-        for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e >> 1;
-            st.acc[dt][e] = __uint_as_float(__float_as_uint(__fmul_rn(st.acc[dt][e], corr[h])) & keep[h]);
-          }
-        }
+      for (int e = 0; e < 4; ++e) {
+        const int h = e & 1, d = kk * 16 + 2 * q + 8 * (e >> 1);
+        qv[kk][e] = q_rows[h] != nullptr ? *reinterpret_cast<const float2*>(q_rows[h] + d) : make_float2(0.0f, 0.0f);
       }
     }
-    pack_p();
-    MbarrierWait(bar(1, n % kStages), (n / kStages) & 1);
-    fence_copies();
-    issue_values(n % kStages);
-    WgmmaWait<0>();
-    FenceOperands<HD / 2>(o_flat);
-    release(bar(3, n % kStages));  // for the next work's tiles
-    // The last segment merged as flush would merge it, but straight into the output: a row whose
-    // only segment this is divides its accumulators, one with earlier segments blends them with
-    // this one first (the same values flush would leave in o_s, without the round trip through it).
-    const float l_last[2] = {QuadSum(st.l[0]), QuadSum(st.l[1])};
+  }
+  uint32_t qf[HD / 16][4];
+
+  State<HD> st;
+  st.Reset(0);
+  st.Reset(1);
+  float M[2] = {0.0f, 0.0f}, L[2] = {0.0f, 0.0f};
+  bool merged[2] = {false, false};
+  float* o_s = reinterpret_cast<float*>(smem + WG::kOOffset) + wg * 128 * (HD / 2) + (tid & 127);
+  // Rows `now` merge their segment (running max m, this thread's part of the sum l, O in the
+  // accumulators) into the result; the accumulators are left as they are (the tile loop zeroes
+  // them for the rows' next segment).
+  auto flush = [&](const bool (&now)[2], const float (&m)[2], const float (&l)[2]) {
+    const float l_total[2] = {QuadSum(l[0]), QuadSum(l[1])};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if (!rows.valid[h]) continue;
-      const bool live = st.m[h] != -INFINITY, blend = live && merged[h], alone = live && !merged[h];
-      MergeScales sc{1.0f, 1.0f, 0.0f};
-      float l_row = L[h];
-      if (blend) {
-        sc = ScalesFor(M[h], st.m[h]);
-        l_row = Blend(L[h], l_last[h], sc);
-      } else if (alone) {
-        l_row = l_last[h];
-      }
-      float* out = p.out + out_rows[h] * HD;
-      __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
+      if (!now[h]) continue;
+      if (rows.valid[h] && m[h] != -INFINITY) {
+        if (!merged[h]) {
+          M[h] = m[h];
+          L[h] = l_total[h];
 #pragma unroll
-      for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-        float v[2];
+          for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+            o_s[(dt * 4 + 2 * h) * 128] = st.acc[dt][2 * h];
+            o_s[(dt * 4 + 2 * h + 1) * 128] = st.acc[dt][2 * h + 1];
+          }
+          merged[h] = true;
+        } else {
+          const MergeScales sc = ScalesFor(M[h], m[h]);
 #pragma unroll
-        for (int jj = 0; jj < 2; ++jj) {
-          const float acc = st.acc[dt][2 * h + jj];
-          const float o = alone ? acc : blend ? Blend(o_s[(dt * 4 + 2 * h + jj) * 128], acc, sc)
-                                              : o_s[(dt * 4 + 2 * h + jj) * 128];
-          v[jj] = __fdiv_rn(o, l_row);
+          for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+              float& o = o_s[(dt * 4 + 2 * h + jj) * 128];
+              o = Blend(o, st.acc[dt][2 * h + jj], sc);
+            }
+          }
+          L[h] = Blend(L[h], l_total[h], sc);
+          M[h] = sc.m;
         }
-        StorePair<false>(out, dt, q, v[0], v[1]);
-        StorePairBf16<false>(out_b, dt, q, v[0], v[1]);
       }
     }
-    n0 = n + 1;
+  };
+  auto mask_of = [&](int j) {
+    const int start = j * kKeyTile;
+    bool inside = true;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (rows.valid[h]) inside = inside && start >= rows.first[h] && start + kKeyTile - 1 <= rows.pos[h];
+    }
+    return __any_sync(0xffffffffu, !inside);
+  };
+  float s[8][4];
+  float* s_flat = &s[0][0];
+  // The softmax of the scores in s for the tile from key `start`, the mask test only where some
+  // row of the warp has keys of the tile outside its window (a warp-uniform branch: the masked
+  // form's compares and selects stay off the common path).
+  auto softmax = [&](int start, bool mask, float (&corr)[2]) {
+    if (mask) {
+      TileSoftmax<HD, false, false>(TileK<HD>{nullptr}, start, rows, a.scale_log2, true, st, s, corr);
+    } else {
+      TileSoftmax<HD, false, false>(TileK<HD>{nullptr}, start, rows, a.scale_log2, false, st, s, corr);
+    }
+  };
+  float* o_flat = &st.acc[0][0];
+  // The tiles' descriptors, once: a stage or k-step moves the start address field only.
+  const uint64_t k_desc = KMajorAt(k_tile(0), 0);
+  const uint64_t v_desc = VAt(v_tile(0), 0);
+  constexpr uint64_t kStageStep = WG::kTileBytes >> 4;
+  auto issue_scores = [&](int stage) {
+    FenceOperands<32>(s_flat);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      WgmmaRS<64, T>(s_flat, qf[kk], k_desc + stage * kStageStep + KMajorStep(kk), kk > 0 ? 1 : 0);
+    }
+    WgmmaCommit();
+  };
+  uint32_t pf[4][4];
+  auto issue_values = [&](int stage) {
+    FenceOperands<HD / 2>(o_flat);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+      WgmmaRSTransB<HD, T>(o_flat, pf[kk], v_desc + stage * kStageStep + VStep(kk));
+    }
+    WgmmaCommit();
+  };
+  auto release = [&](uint32_t barrier) {
+    __syncwarp();
+    if (lane == 0) MbarrierArrive(barrier);
+  };
+  // cp.async's copies are generic-proxy writes that wgmma's operand reads must be fenced from;
+  // TMA's land through the async proxy, ordered by the stage's barrier alone.
+  auto fence_copies = [] {
+    if constexpr (!kTma) FenceProxyAsyncShared();
+  };
+
+  MbarrierWait(bar(0, 0), 0);
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) qf[kk][e] = PackPair<T>(qv[kk][e].x, qv[kk][e].y);
+  }
+  fence_copies();
+  issue_scores(0);
+  WgmmaWait<0>();
+  FenceOperands<32>(s_flat);
+  release(bar(2, 0));
+  {
+    float corr[2];  // O is still zero
+    softmax(tile_lo * kKeyTile, mask_of(tile_lo), corr);
+  }
+  // P of tile j as the second product's A fragments (16 keys a k-step).
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pf[kk][0] = PackPair<T>(s[2 * kk][0], s[2 * kk][1]);
+      pf[kk][1] = PackPair<T>(s[2 * kk][2], s[2 * kk][3]);
+      pf[kk][2] = PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pf[kk][3] = PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+  };
+  // Every tile but the last: one straight path, so that ptxas sees which group each wait
+  // retires (a path that may or may not have issued S would make it serialize the products).
+  int n = 0;
+  for (int j = tile_lo; j < tile_hi; ++j, ++n) {
+    pack_p();
+    const int stage = n % kStages, next = (n + 1) % kStages;
+    MbarrierWait(bar(0, next), ((n + 1) / kStages) & 1);
+    fence_copies();
+    issue_scores(next);
+    MbarrierWait(bar(1, stage), (n / kStages) & 1);
+    fence_copies();
+    issue_values(stage);
+    // Tile j + 1's softmax while tile j's P V runs. A row whose segment ends after tile j
+    // starts the next from a fresh state; its old one merges once P V is done. The others'
+    // O is rescaled then.
+    WgmmaWait<1>();
+    FenceOperands<32>(s_flat);
+    release(bar(2, next));
+    const int end = (j + 1) * kKeyTile;
+    const bool unit = end % kFlashSegmentUnit == 0;  // segments are powers of two
+    const bool now[2] = {unit && (end & (rows.seg[0] - 1)) == 0, unit && (end & (rows.seg[1] - 1)) == 0};
+    const float m_old[2] = {st.m[0], st.m[1]}, l_old[2] = {st.l[0], st.l[1]};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (now[h]) {
+        st.m[h] = -INFINITY;
+        st.l[h] = 0.0f;
+      }
+    }
+    float corr[2];
+    softmax(end, mask_of(j + 1), corr);
+    WgmmaWait<0>();
+    FenceOperands<HD / 2>(o_flat);
+    release(bar(3, stage));
+    if (__any_sync(0xffffffffu, now[0] || now[1])) flush(now, m_old, l_old);
+    // O for tile j + 1's P V: zero where a segment ended, else rescaled (x * 1 is x, so a warp
+    // whose rows kept their maxima skips it). The zero comes from a mask on the product, not a
+    // conditional write: ptxas would otherwise copy every accumulator out of the product's
+    // registers and back each tile.
+    if (__any_sync(0xffffffffu, now[0] || now[1] || corr[0] != 1.0f || corr[1] != 1.0f)) {
+      const uint32_t keep[2] = {now[0] ? 0u : ~0u, now[1] ? 0u : ~0u};
+#pragma unroll
+      for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          st.acc[dt][e] = __uint_as_float(__float_as_uint(__fmul_rn(st.acc[dt][e], corr[h])) & keep[h]);
+        }
+      }
+    }
+  }
+  pack_p();
+  MbarrierWait(bar(1, n % kStages), (n / kStages) & 1);
+  fence_copies();
+  issue_values(n % kStages);
+  WgmmaWait<0>();
+  FenceOperands<HD / 2>(o_flat);
+  // The last segment merged as flush would merge it, but straight into the output: a row whose
+  // only segment this is divides its accumulators, one with earlier segments blends them with
+  // this one first (the same values flush would leave in o_s, without the round trip through it).
+  const float l_last[2] = {QuadSum(st.l[0]), QuadSum(st.l[1])};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!rows.valid[h]) continue;
+    const bool live = st.m[h] != -INFINITY, blend = live && merged[h], alone = live && !merged[h];
+    MergeScales sc{1.0f, 1.0f, 0.0f};
+    float l_row = L[h];
+    if (blend) {
+      sc = ScalesFor(M[h], st.m[h]);
+      l_row = Blend(L[h], l_last[h], sc);
+    } else if (alone) {
+      l_row = l_last[h];
+    }
+    float* out = p.out + out_rows[h] * HD;
+    __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
+#pragma unroll
+    for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+      float v[2];
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {
+        const float acc = st.acc[dt][2 * h + jj];
+        const float o = alone ? acc : blend ? Blend(o_s[(dt * 4 + 2 * h + jj) * 128], acc, sc)
+                                            : o_s[(dt * 4 + 2 * h + jj) * 128];
+        v[jj] = __fdiv_rn(o, l_row);
+      }
+      StorePair<false>(out, dt, q, v[0], v[1]);
+      StorePairBf16<false>(out_b, dt, q, v[0], v[1]);
+    }
   }
 }
 
@@ -615,20 +517,8 @@ bool FlashWgmmaOn(int64_t max_keys) {
          (flash_wgmma_mode == FlashWgmma::kAuto && max_keys >= kFlashWgmmaMinKeys);
 }
 
-// The wgmma kernel's grid (SetFlashWgmmaBlocks): PAGODA_FLASH_PERSISTENT=0 a block a work, =N at
-// most N blocks, unset one wave.
-int64_t flash_wgmma_blocks = [] {
-  const char* e = std::getenv("PAGODA_FLASH_PERSISTENT");
-  if (e == nullptr) return int64_t{0};
-  const int64_t n = std::atoll(e);
-  return n > 0 ? n : int64_t{-1};
-}();
-
 template <typename T, int HD>
-void LaunchFlashWgmma(const KernelArgs& args, dim3 grid, cudaStream_t stream, bool pdl) {
-  KernelArgs a = args;
-  a.num_items = static_cast<int>(grid.x);
-  const int64_t works = static_cast<int64_t>(grid.x) * grid.y;
+void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl) {
   const bool tma = WgmmaTma(a.p.block_size);
   // PAGODA_FLASH_TMA_RUNS=0: every paged block its own boxes, even where a tile's blocks are
   // consecutive slots (a diagnostic: the same bytes land).
@@ -650,21 +540,8 @@ void LaunchFlashWgmma(const KernelArgs& args, dim3 grid, cudaStream_t stream, bo
     auto* kernel = FlashWgmmaKernel<T, HD, kGroups, kTma>;
     static uint32_t devices_done = 0;
     AllowSmem(kernel, WG::kSmemBytes, &devices_done, true);  // two one-group blocks an SM need the whole 228 KB
-    // One wave: the blocks resident at once, per device.
-    static int wave[32] = {};
-    int device = 0;
-    PAGODA_CUDA_CHECK(cudaGetDevice(&device));
-    const int slot = std::min(device, 31);
-    if (wave[slot] == 0) {
-      int per_sm = 0, sms = 0;
-      PAGODA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WG::kThreads, WG::kSmemBytes));
-      PAGODA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-      wave[slot] = std::max(1, per_sm * sms);
-    }
-    const int64_t cap = flash_wgmma_blocks > 0 ? flash_wgmma_blocks : flash_wgmma_blocks < 0 ? works : wave[slot];
-    const int64_t blocks = std::max<int64_t>(1, std::min(works, cap));
-    LaunchDependent(kernel, dim3(static_cast<unsigned>(blocks)), dim3(WG::kThreads), WG::kSmemBytes, stream, pdl, a,
-                    k_map, v_map, k_run_map, v_run_map, runs);
+    LaunchDependent(kernel, grid, dim3(WG::kThreads), WG::kSmemBytes, stream, pdl, a, k_map, v_map, k_run_map,
+                    v_run_map, runs);
   };
   tma ? launch.template operator()<true>() : launch.template operator()<false>();
 }
@@ -678,7 +555,6 @@ template void LaunchFlashWgmma<__half, 128>(const KernelArgs&, dim3, cudaStream_
 using namespace flash;
 
 void SetFlashWgmma(FlashWgmma mode) { flash::flash_wgmma_mode = mode; }
-void SetFlashWgmmaBlocks(int64_t max_blocks) { flash::flash_wgmma_blocks = max_blocks; }
 
 void WgmmaTileProductsForTest(const float* q, const float* k, const float* v, const float* p, float* s, float* o,
                               int head_dim, bool f16, cudaStream_t stream) {
