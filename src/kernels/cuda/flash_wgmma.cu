@@ -125,7 +125,9 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
         MbarrierArriveExpectTx(barrier, WG::kTileBytes);
         if (run) {
 #pragma unroll
-          for (int h = 0; h < HD / 64; ++h) TmaLoad2D(tile + h * (kKeyTile * 128), run_map, kvh * HD + h * 64, row[0], barrier);
+          for (int h = 0; h < HD / 64; ++h) {
+            TmaLoad2D(tile + h * (kKeyTile * 128), run_map, kvh * HD + h * 64, row[0], barrier);
+          }
           return;
         }
 #pragma unroll
