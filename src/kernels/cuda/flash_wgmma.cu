@@ -436,9 +436,9 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   }
 }
 
-// For a test of the building blocks: one warpgroup computes S = Q K^T (64 rows x
-// 64 keys) by SS-wgmma and O = P V (64 rows x HD) by RS-wgmma from the swizzled tiles
-// flash_wgmma.cuh lays out, the inputs rounded to T.
+// For a test of the building blocks: one warpgroup computes S = Q K^T (64 rows x 64 keys) by
+// RS-wgmma (Q's fragments from registers) and O = P V (64 rows x HD) by RS-wgmma, K and V from the
+// swizzled tiles flash_wgmma.cuh lays out, the inputs rounded to T.
 template <typename T, int HD>
 __global__ void __launch_bounds__(128) WgmmaTileProductsKernel(const float* q, const float* k, const float* v,
                                                                 const float* pm, float* s_out, float* o_out) {
@@ -505,7 +505,7 @@ __global__ void __launch_bounds__(128) WgmmaTileProductsKernel(const float* q, c
     for (int e = 0; e < 4; ++e) o_out[(16 * warp + g + 8 * (e >> 1)) * HD + 8 * j + 2 * qd + (e & 1)] = o[4 * j + e];
 }
 
-// The split shape's merge: a token's segment states in order, as the walking shapes merge them.
+// PAGODA_FLASH_WGMMA=1 / 0: the wide shape always / never on this kernel (SetFlashWgmma).
 FlashWgmma flash_wgmma_mode = [] {
   const char* e = std::getenv("PAGODA_FLASH_WGMMA");
   const std::string v = e != nullptr ? e : "";

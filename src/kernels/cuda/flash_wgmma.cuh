@@ -60,7 +60,7 @@ struct WgGeometry {
   static constexpr int kThreads = 128 * (kGroups + 1);
   // setmaxnreg: what the producer gives up, the consumers take (one group: two blocks an SM).
   // Two groups: 2 x 128 x 224 + 128 x 56 = the 168 x 384 registers the block is launched with;
-  // the consumers use about 195 (Q's fragments in registers), the TMA producer's block-table rows
+  // the consumers use up to R209 (Q's fragments in registers), the TMA producer's block-table rows
   // and run flags spill at 40.
   static constexpr int kProducerRegs = kGroups == 1 ? 40 : 56;
   static constexpr int kConsumerRegs = kGroups == 1 ? 216 : 224;
