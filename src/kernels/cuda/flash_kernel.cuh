@@ -492,7 +492,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int h = 0; h < kH; ++h) {
       if (!rows.valid[h]) continue;
       if (num_segments == 1) {
-        store_row(h, [&](int dt, int j) { return __fdiv_rn(o_val(dt, 2 * h + j), l_total[h]); });
+        const float inv = Reciprocal(l_total[h]);
+        store_row(h, [&](int dt, int j) { return Normalize(o_val(dt, 2 * h + j), inv); });
       } else {
         const int64_t at = out_rows[h] * kFlashMaxSegments + z;
         float* part = a.partial + at * HD;
@@ -513,7 +514,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int h = 0; h < kH; ++h) {
       if (!rows.valid[h]) continue;
-      store_row(h, [&](int dt, int j) { return __fdiv_rn(o_s[(dt * 4 + 2 * h + j) * kThreads], L[h]); });
+      const float inv = Reciprocal(L[h]);
+      store_row(h, [&](int dt, int j) { return Normalize(o_s[(dt * 4 + 2 * h + j) * kThreads], inv); });
     }
   }
 }
@@ -538,7 +540,7 @@ __global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial, _
       M = sc.m;
     }
     const int64_t at_out = (static_cast<int64_t>(t) * p.num_heads + h) * HD + d;
-    const float v = __fdiv_rn(O, L);
+    const float v = Normalize(O, Reciprocal(L));
     p.out[at_out] = v;
     if (out_bf16 != nullptr) out_bf16[at_out] = __float2bfloat16_rn(v);
   }

@@ -107,6 +107,12 @@ __device__ __forceinline__ MergeScales ScalesFor(float M, float m) {
 __device__ __forceinline__ float Blend(float X, float x, MergeScales s) {
   return __fadd_rn(__fmul_rn(X, s.a), __fmul_rn(x, s.b));
 }
+// A row's output O / L as O times L's reciprocal (rounded once), as FlashAttention normalizes:
+// one reciprocal a row and a multiply a value instead of an IEEE division a value (~8
+// instructions each: a prefill block's 64 a thread at head dim 128 are about one tile of its
+// loop). Within 1.5 ulp of the quotient; every shape normalizes this way, so they agree.
+__device__ __forceinline__ float Reciprocal(float l) { return __frcp_rn(l); }
+__device__ __forceinline__ float Normalize(float o, float inv_l) { return __fmul_rn(o, inv_l); }
 
 // K's B fragments from 16-bit rows in shared memory (kRowBytes apart).
 template <int HD>

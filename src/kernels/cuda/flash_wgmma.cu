@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   WgmmaWait<0>();
   FenceOperands<HD / 2>(o_flat);
   // The last segment merged as flush would merge it, but straight into the output: a row whose
-  // only segment this is divides its accumulators, one with earlier segments blends them with
+  // only segment this is normalizes its accumulators, one with earlier segments blends them with
   // this one first (the same values flush would leave in o_s, without the round trip through it).
   const float l_last[2] = {QuadSum(st.l[0]), QuadSum(st.l[1])};
 #pragma unroll
@@ -418,6 +418,7 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     } else if (alone) {
       l_row = l_last[h];
     }
+    const float inv = Reciprocal(l_row);
     float* out = p.out + out_rows[h] * HD;
     __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
 #pragma unroll
@@ -428,7 +429,7 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
         const float acc = st.acc[dt][2 * h + jj];
         const float o = alone ? acc : blend ? Blend(o_s[(dt * 4 + 2 * h + jj) * 128], acc, sc)
                                             : o_s[(dt * 4 + 2 * h + jj) * 128];
-        v[jj] = __fdiv_rn(o, l_row);
+        v[jj] = Normalize(o, inv);
       }
       StorePair<false>(out, dt, q, v[0], v[1]);
       StorePairBf16<false>(out_b, dt, q, v[0], v[1]);
