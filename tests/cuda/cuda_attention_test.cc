@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -283,6 +284,29 @@ TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
       const std::vector<float> alone = attend(c.builder.Finish(), qs, nullptr, nullptr, false, nullptr);
       EXPECT_EQ(std::memcmp(alone.data(), together.data() + s * row, row * sizeof(float)), 0)
           << "sequence " << s << " decoded alone differs from the batch of 150";
+    }
+  }
+}
+
+// The split shape's grid depth (FlashSplitDepth) covers every segment of every row a step may
+// hold: rows from key 0 of 1..40000 keys, and rows of every window start (windows of 1..5000
+// keys, positions up to 9000); a power of two of at most kFlashMaxSegments.
+TEST(FlashPlanTest, SplitDepthCoversEverySegment) {
+  auto segments = [](int64_t first, int64_t pos) {
+    const int64_t seg = cuda::FlashSegmentKeys(first, pos);
+    return pos / seg - first / seg + 1;
+  };
+  int64_t most = 0;
+  for (int64_t keys = 1; keys <= 40000; ++keys) {
+    most = std::max(most, segments(0, keys - 1));
+    const int depth = cuda::FlashSplitDepth(keys);
+    ASSERT_GE(depth, most) << keys << " keys";
+    ASSERT_TRUE(std::has_single_bit(static_cast<unsigned>(depth)) && depth <= cuda::kFlashMaxSegments) << keys;
+  }
+  for (int64_t window = 1; window <= 5000; window += window < 300 ? 1 : 37) {
+    for (int64_t pos = 0; pos <= 9000; pos += 1 + pos % 7) {
+      const int64_t first = std::max<int64_t>(0, pos - window + 1);
+      ASSERT_GE(cuda::FlashSplitDepth(pos + 1), segments(first, pos)) << "window " << window << " pos " << pos;
     }
   }
 }
