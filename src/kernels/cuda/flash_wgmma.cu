@@ -69,10 +69,17 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   int64_t out_rows[2];
   WarpRows(a, w_begin, w_end, kvh, g, rows, out_rows);
   const WarpKeys keys = WarpKeyRange(rows);
+  // The warps' key ranges and the shortest and longest segment of their valid rows.
   int (*range_s)[4 * kGroups] = reinterpret_cast<int (*)[4 * kGroups]>(small + WG::kBarriers * 8);
+  const int seg_lo = __reduce_min_sync(0xffffffffu, static_cast<unsigned>(
+                                                        min(rows.valid[0] ? rows.seg[0] : INT_MAX, rows.valid[1] ? rows.seg[1] : INT_MAX)));
+  const int seg_hi = __reduce_max_sync(0xffffffffu, static_cast<unsigned>(
+                                                        max(rows.valid[0] ? rows.seg[0] : 0, rows.valid[1] ? rows.seg[1] : 0)));
   if (wg < kGroups && lane == 0) {
     range_s[0][cw] = keys.lo;
     range_s[1][cw] = keys.hi;
+    range_s[2][cw] = seg_lo;
+    range_s[3][cw] = seg_hi;
   }
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -301,12 +308,14 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     WgmmaCommit();
   };
   uint32_t pf[4][4];
-  auto issue_values = [&](int stage) {
+  // `fresh`: every row of the group starts a segment with this tile, so its first k-step
+  // overwrites O (scale_d 0) instead of O being zeroed first.
+  auto issue_values = [&](int stage, bool fresh) {
     FenceOperands<HD / 2>(o_flat);
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-      WgmmaRSTransB<HD, T>(o_flat, pf[kk], v_desc + stage * kStageStep + VStep(kk));
+      WgmmaRSTransB<HD, T>(o_flat, pf[kk], v_desc + stage * kStageStep + VStep(kk), kk > 0 || !fresh ? 1 : 0);
     }
     WgmmaCommit();
   };
@@ -320,20 +329,79 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     if constexpr (!kTma) FenceProxyAsyncShared();
   };
 
-  MbarrierWait(bar(0, 0), 0);
+  // This group's tiles: the union of its own warps' key ranges. The producer copies the block's
+  // (both groups'); a tile outside this group's range would be masked for all of its rows (exact
+  // zeros, its maxima and sums unchanged, the segment merges the same), so the group only waits
+  // for such a tile's copies and releases its stages (causal, two groups: the first group skips
+  // the second's diagonal tile).
+  int g_lo = INT_MAX, g_hi = -1, g_seg_lo = INT_MAX, g_seg_hi = 0;
 #pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) qf[kk][e] = PackPair<T>(qv[kk][e].x, qv[kk][e].y);
+  for (int w = 0; w < 4; ++w) {
+    g_lo = min(g_lo, range_s[0][wg * 4 + w]);
+    g_hi = max(g_hi, range_s[1][wg * 4 + w]);
+    g_seg_lo = min(g_seg_lo, range_s[2][wg * 4 + w]);
+    g_seg_hi = max(g_seg_hi, range_s[3][wg * 4 + w]);
   }
-  fence_copies();
-  issue_scores(0);
-  WgmmaWait<0>();
-  FenceOperands<32>(s_flat);
-  release(bar(2, 0));
-  {
-    float corr[2];  // O is still zero
-    softmax(tile_lo * kKeyTile, mask_of(tile_lo), corr);
+  // The group's segment length where all its valid rows share one (the usual case: a prefill's
+  // rows differ only where they straddle 1024 or 2048 keys), else 0.
+  const int g_seg = g_seg_lo == g_seg_hi ? g_seg_lo : 0;
+  const int n_lo = g_hi < 0 ? tile_hi - tile_lo + 1 : g_lo / kKeyTile - tile_lo;  // this group's tiles [n_lo, n_hi]
+  const int n_hi = g_hi < 0 ? tile_hi - tile_lo : g_hi / kKeyTile - tile_lo;
+  auto stage_of = [](int n) { return n % kStages; };
+  auto parity_of = [](int n) { return (n / kStages) & 1; };
+  auto skip = [&](int n) {
+    MbarrierWait(bar(0, stage_of(n)), parity_of(n));
+    release(bar(2, stage_of(n)));
+    MbarrierWait(bar(1, stage_of(n)), parity_of(n));
+    release(bar(3, stage_of(n)));
+  };
+  for (int n = 0; n < n_lo; ++n) skip(n);
+
+  // What a tile's end leaves for the next tile's P V: the rows whose segment ended there (to merge
+  // with their old maxima and sums), whether all of the group's did (`fresh`) and O's rescale
+  // factors. At head dim 128 it is applied once the next tile's S = Q K^T is issued, so the merge
+  // and the rescale run while the tensor cores score; at 64 that product is too short to hide
+  // them (H100: 4K and 16K tokens 1% slower that way) and they run once P V is done.
+  constexpr bool kOverlapMerge = HD == 128;
+  bool ended[2] = {false, false}, fresh = false;
+  float m_end[2] = {0.0f, 0.0f}, l_end[2] = {0.0f, 0.0f}, corr[2] = {1.0f, 1.0f};
+  // O for the next tile's P V: zero where a segment ended, else rescaled (x * 1 is x, so a warp
+  // whose rows kept their maxima skips it); nothing where the whole group starts a segment (the
+  // product overwrites O). The zero comes from a mask on the product, not a conditional write:
+  // ptxas would otherwise copy every accumulator out of the product's registers and back each
+  // tile.
+  auto merge_and_rescale = [&] {
+    if (__any_sync(0xffffffffu, ended[0] || ended[1])) flush(ended, m_end, l_end);
+    if (!fresh && __any_sync(0xffffffffu, ended[0] || ended[1] || corr[0] != 1.0f || corr[1] != 1.0f)) {
+      const uint32_t keep[2] = {ended[0] ? 0u : ~0u, ended[1] ? 0u : ~0u};
+#pragma unroll
+      for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e >> 1;
+          st.acc[dt][e] = __uint_as_float(__float_as_uint(__fmul_rn(st.acc[dt][e], corr[h])) & keep[h]);
+        }
+      }
+    }
+  };
+
+  int n = n_lo;
+  if (n_lo <= n_hi) {
+    MbarrierWait(bar(0, stage_of(n_lo)), parity_of(n_lo));
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) qf[kk][e] = PackPair<T>(qv[kk][e].x, qv[kk][e].y);
+    }
+    fence_copies();
+    issue_scores(stage_of(n_lo));
+    WgmmaWait<0>();
+    FenceOperands<32>(s_flat);
+    release(bar(2, stage_of(n_lo)));
+    {
+      float corr0[2];  // O is still zero
+      softmax((tile_lo + n_lo) * kKeyTile, mask_of(tile_lo + n_lo), corr0);
+    }
   }
   // P of tile j as the second product's A fragments (16 keys a k-step).
   auto pack_p = [&] {
@@ -347,61 +415,53 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   };
   // Every tile but the last: one straight path, so that ptxas sees which group each wait
   // retires (a path that may or may not have issued S would make it serialize the products).
-  int n = 0;
-  for (int j = tile_lo; j < tile_hi; ++j, ++n) {
+  for (; n < n_hi; ++n) {
+    const int j = tile_lo + n;
     pack_p();
-    const int stage = n % kStages, next = (n + 1) % kStages;
-    MbarrierWait(bar(0, next), ((n + 1) / kStages) & 1);
+    const int stage = stage_of(n), next = stage_of(n + 1);
+    MbarrierWait(bar(0, next), parity_of(n + 1));
     fence_copies();
     issue_scores(next);
-    MbarrierWait(bar(1, stage), (n / kStages) & 1);
+    if constexpr (kOverlapMerge) merge_and_rescale();  // what tile j - 1 left, while S of tile j + 1 runs
+    MbarrierWait(bar(1, stage), parity_of(n));
     fence_copies();
-    issue_values(stage);
+    issue_values(stage, fresh);
     // Tile j + 1's softmax while tile j's P V runs. A row whose segment ends after tile j
-    // starts the next from a fresh state; its old one merges once P V is done. The others'
-    // O is rescaled then.
+    // starts the next from a fresh state; its old one merges once P V is done, at the next
+    // tile's merge_and_rescale, as do the others' rescales.
     WgmmaWait<1>();
     FenceOperands<32>(s_flat);
     release(bar(2, next));
     const int end = (j + 1) * kKeyTile;
     const bool unit = end % kFlashSegmentUnit == 0;  // segments are powers of two
-    const bool now[2] = {unit && (end & (rows.seg[0] - 1)) == 0, unit && (end & (rows.seg[1] - 1)) == 0};
-    const float m_old[2] = {st.m[0], st.m[1]}, l_old[2] = {st.l[0], st.l[1]};
+    fresh = g_seg != 0 && unit && (end & (g_seg - 1)) == 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      if (now[h]) {
+      ended[h] = unit && (end & (rows.seg[h] - 1)) == 0;
+      m_end[h] = st.m[h];
+      l_end[h] = st.l[h];
+      if (ended[h]) {
         st.m[h] = -INFINITY;
         st.l[h] = 0.0f;
       }
     }
-    float corr[2];
     softmax(end, mask_of(j + 1), corr);
     WgmmaWait<0>();
     FenceOperands<HD / 2>(o_flat);
     release(bar(3, stage));
-    if (__any_sync(0xffffffffu, now[0] || now[1])) flush(now, m_old, l_old);
-    // O for tile j + 1's P V: zero where a segment ended, else rescaled (x * 1 is x, so a warp
-    // whose rows kept their maxima skips it). The zero comes from a mask on the product, not a
-    // conditional write: ptxas would otherwise copy every accumulator out of the product's
-    // registers and back each tile.
-    if (__any_sync(0xffffffffu, now[0] || now[1] || corr[0] != 1.0f || corr[1] != 1.0f)) {
-      const uint32_t keep[2] = {now[0] ? 0u : ~0u, now[1] ? 0u : ~0u};
-#pragma unroll
-      for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e >> 1;
-          st.acc[dt][e] = __uint_as_float(__float_as_uint(__fmul_rn(st.acc[dt][e], corr[h])) & keep[h]);
-        }
-      }
-    }
+    if constexpr (!kOverlapMerge) merge_and_rescale();
   }
-  pack_p();
-  MbarrierWait(bar(1, n % kStages), (n / kStages) & 1);
-  fence_copies();
-  issue_values(n % kStages);
-  WgmmaWait<0>();
-  FenceOperands<HD / 2>(o_flat);
+  if (n_lo <= n_hi) {
+    pack_p();
+    if constexpr (kOverlapMerge) merge_and_rescale();
+    MbarrierWait(bar(1, stage_of(n)), parity_of(n));
+    fence_copies();
+    issue_values(stage_of(n), fresh);
+    WgmmaWait<0>();
+    FenceOperands<HD / 2>(o_flat);
+    release(bar(3, stage_of(n)));
+  }
+  for (int m = n_hi + 1; m <= tile_hi - tile_lo; ++m) skip(m);
   // The last segment merged as flush would merge it, but straight into the output: a row whose
   // only segment this is normalizes its accumulators, one with earlier segments blends them with
   // this one first (the same values flush would leave in o_s, without the round trip through it).
@@ -490,13 +550,15 @@ __global__ void __launch_bounds__(128) WgmmaTileProductsKernel(const float* q, c
     pf[kk][2] = PackPair<T>(pm[r0 * 64 + c + 8], pm[r0 * 64 + c + 9]);
     pf[kk][3] = PackPair<T>(pm[r1 * 64 + c + 8], pm[r1 * 64 + c + 9]);
   }
+  // The accumulators start as garbage: the first k-step's scale_d 0 must ignore them (the kernel's
+  // P V of a segment's first tile relies on it).
   float o[HD / 2];
 #pragma unroll
-  for (int i = 0; i < HD / 2; ++i) o[i] = 0.0f;
+  for (int i = 0; i < HD / 2; ++i) o[i] = 1.0e30f;
   FenceOperands<HD / 2>(o);
   WgmmaFence();
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) WgmmaRSTransB<HD, T>(o, pf[kk], VAt(v_tile, kk));
+  for (int kk = 0; kk < 4; ++kk) WgmmaRSTransB<HD, T>(o, pf[kk], VAt(v_tile, kk), kk > 0 ? 1 : 0);
   WgmmaCommit();
   WgmmaWait<0>();
   FenceOperands<HD / 2>(o);

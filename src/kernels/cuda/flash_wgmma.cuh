@@ -16,11 +16,12 @@
 //     in registers (flash_tile.cuh's TileSoftmax on the accumulators, which are mma.sync's C
 //     layout per warp), and O += P V by wgmma m64nHDk16 with P from registers (mma.sync's A
 //     layout) and V read MN-major. Tile j + 1's S is issued before tile j's P V and its softmax
-//     runs while P V does; O is rescaled (or its segment merged) once P V is done, so every row
-//     sees the mma.sync kernel's sequence of roundings (bits: test FlashWgmmaGivesTheMmaBits).
-//     Every consumer walks the block's key range (the union of its rows'): a tile past a row's
-//     keys is masked, adds exact zeros and leaves its maximum, so the bits do not depend on the
-//     rows a block shares.
+//     runs while P V does; O is rescaled (or its segment merged) after P V, while the next
+//     tile's S runs, so every row sees the mma.sync kernel's sequence of roundings (bits: test
+//     FlashWgmmaGivesTheMmaBits). Each consumer group walks the key range of its own rows (the
+//     union of its warps'): a tile past a row's keys is masked, adds exact zeros and leaves its
+//     maximum, so the bits do not depend on the rows a group shares; the block's other tiles
+//     (causal: the other group's diagonal) it only waits for and releases.
 // Tiles in shared memory: [64-value column block][64 rows][128 bytes], 16-byte chunk c of row r
 // at chunk c ^ (r % 8), 1024-byte aligned. d128: 161 KB a (two-group) block, one an SM.
 #pragma once
@@ -52,10 +53,11 @@ struct WgGeometry {
   static constexpr int kOOffset = kVOffset + kStages * kTileBytes;
   static constexpr int kTilesBytes = kOOffset + kOBytes;
   // The small part: K full, V full, K empty, V empty barriers (kStages each), the consumer
-  // warps' key ranges. It sits in the alignment padding before the tiles when that is large
-  // enough, else after them, so the block needs no more than the tiles and 1 KB.
+  // warps' key ranges and segment lengths. It sits in the alignment padding before the tiles
+  // when that is large enough, else after them, so the block needs no more than the tiles and
+  // 1 KB.
   static constexpr int kBarriers = 4 * kStages;
-  static constexpr int kSmallBytes = kBarriers * 8 + 2 * 4 * kGroups * 4;
+  static constexpr int kSmallBytes = kBarriers * 8 + 4 * 4 * kGroups * 4;
   static constexpr int kSmemBytes = 1024 + kTilesBytes;
   static constexpr int kThreads = 128 * (kGroups + 1);
   // setmaxnreg: what the producer gives up, the consumers take (one group: two blocks an SM).

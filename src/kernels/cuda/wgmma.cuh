@@ -51,13 +51,13 @@ __device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.pr
 
 // WgmmaSS<N, T>: d (+)= A B^T for one k-step of 16 (scale_d 0: d = A B^T), A (64 x 16) and B
 // (N x 16) K-major 16-bit tiles read through descriptors, T __nv_bfloat16 or __half.
-// WgmmaRSTransB<N, T>: d += A B with A (64 x 16) from registers in the mma.sync A layout per
+// WgmmaRSTransB<N, T>: d (+)= A B with A (64 x 16) from registers in the mma.sync A layout per
 // warp (a[0..3] as m16n8k16's) and B (16 x N) read MN-major (N contiguous: a tile stored
-// [k][n], e.g. V's rows for P V), always accumulating.
+// [k][n], e.g. V's rows for P V) (scale_d 0: d = A B).
 template <int N, typename T>
 __device__ __forceinline__ void WgmmaSS(float* d, uint64_t desc_a, uint64_t desc_b, int scale_d);
 template <int N, typename T>
-__device__ __forceinline__ void WgmmaRSTransB(float* d, const uint32_t (&a)[4], uint64_t desc_b);
+__device__ __forceinline__ void WgmmaRSTransB(float* d, const uint32_t (&a)[4], uint64_t desc_b, int scale_d);
 // WgmmaRS<N, T>: d (+)= A B^T with A (64 x 16) from registers (mma.sync's A layout per warp) and
 // B (N x 16) K-major through a descriptor, as WgmmaSS's B (scale_d 0: d = A B^T).
 template <int N, typename T>
@@ -72,13 +72,15 @@ __device__ __forceinline__ void WgmmaRS(float* d, const uint32_t (&a)[4], uint64
                  : PAGODA_WGMMA_D##R(d, 0)                                                                         \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                        \
   }
-#define PAGODA_WGMMA_RS(N, T, TYPE, R, A0, A1, A2, A3, B)                                                          \
+#define PAGODA_WGMMA_RS(N, T, TYPE, R, A0, A1, A2, A3, B, SD)                                                      \
   template <>                                                                                                      \
-  __device__ __forceinline__ void WgmmaRSTransB<N, T>(float* d, const uint32_t (&a)[4], uint64_t desc_b) {        \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " PAGODA_WGMMA_R##R ", {%" A0  \
-                 ", %" A1 ", %" A2 ", %" A3 "}, %" B ", 1, 1, 1, 1;\n"                                              \
+  __device__ __forceinline__ void WgmmaRSTransB<N, T>(float* d, const uint32_t (&a)[4], uint64_t desc_b,          \
+                                                      int scale_d) {                                               \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" SD ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N            \
+                 "k16.f32." TYPE "." TYPE " " PAGODA_WGMMA_R##R ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B       \
+                 ", p, 1, 1, 1;\n}\n"                                                                              \
                  : PAGODA_WGMMA_D##R(d, 0)                                                                         \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));                                      \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));                         \
   }
 #define PAGODA_WGMMA_RS_K(N, T, TYPE, R, A0, A1, A2, A3, B, SD)                                                   \
   template <>                                                                                                      \
@@ -97,10 +99,10 @@ PAGODA_WGMMA_SS(128, __nv_bfloat16, "bf16", 64, "64", "65", "66")
 PAGODA_WGMMA_SS(256, __nv_bfloat16, "bf16", 128, "128", "129", "130")
 PAGODA_WGMMA_SS(64, __half, "f16", 32, "32", "33", "34")
 PAGODA_WGMMA_SS(128, __half, "f16", 64, "64", "65", "66")
-PAGODA_WGMMA_RS(64, __nv_bfloat16, "bf16", 32, "32", "33", "34", "35", "36")
-PAGODA_WGMMA_RS(128, __nv_bfloat16, "bf16", 64, "64", "65", "66", "67", "68")
-PAGODA_WGMMA_RS(64, __half, "f16", 32, "32", "33", "34", "35", "36")
-PAGODA_WGMMA_RS(128, __half, "f16", 64, "64", "65", "66", "67", "68")
+PAGODA_WGMMA_RS(64, __nv_bfloat16, "bf16", 32, "32", "33", "34", "35", "36", "37")
+PAGODA_WGMMA_RS(128, __nv_bfloat16, "bf16", 64, "64", "65", "66", "67", "68", "69")
+PAGODA_WGMMA_RS(64, __half, "f16", 32, "32", "33", "34", "35", "36", "37")
+PAGODA_WGMMA_RS(128, __half, "f16", 64, "64", "65", "66", "67", "68", "69")
 #undef PAGODA_WGMMA_SS
 #undef PAGODA_WGMMA_RS
 
