@@ -367,7 +367,8 @@ TEST_F(CudaOpsTest, FlashOneWarpCopiesGiveTheSameBits) {
 
 // The wgmma shape's building blocks (flash_wgmma.cuh's swizzled tiles and descriptors, the SS and
 // RS products) against a float64 reference of the same rounded inputs: S = Q K^T and O = P V for
-// one tile, bf16 and f16, head dims 64 and 128.
+// one tile (P V's first k-step with scale-d off over garbage accumulators), bf16 and f16, head
+// dims 64 and 128.
 TEST_F(CudaOpsTest, WgmmaTileProductsMatchTheReference) {
   for (const bool f16 : {false, true}) {
     for (const int hd : {64, 128}) {

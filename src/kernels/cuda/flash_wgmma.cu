@@ -427,8 +427,8 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     fence_copies();
     issue_values(stage, fresh);
     // Tile j + 1's softmax while tile j's P V runs. A row whose segment ends after tile j
-    // starts the next from a fresh state; its old one merges once P V is done, at the next
-    // tile's merge_and_rescale, as do the others' rescales.
+    // starts the next from a fresh state; its old one merges in merge_and_rescale once P V is
+    // done, as do the others' rescales.
     WgmmaWait<1>();
     FenceOperands<32>(s_flat);
     release(bar(2, next));

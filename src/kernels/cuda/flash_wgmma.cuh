@@ -16,9 +16,10 @@
 //     in registers (flash_tile.cuh's TileSoftmax on the accumulators, which are mma.sync's C
 //     layout per warp), and O += P V by wgmma m64nHDk16 with P from registers (mma.sync's A
 //     layout) and V read MN-major. Tile j + 1's S is issued before tile j's P V and its softmax
-//     runs while P V does; O is rescaled (or its segment merged) after P V, while the next
-//     tile's S runs, so every row sees the mma.sync kernel's sequence of roundings (bits: test
-//     FlashWgmmaGivesTheMmaBits). Each consumer group walks the key range of its own rows (the
+//     runs while P V does; O is rescaled (or its segment merged) after P V (at head dim 128
+//     while the next tile's S runs), or, where all of a group's rows start a segment, the next
+//     P V overwrites it (scale-d off), so every row sees the mma.sync kernel's sequence of
+//     roundings (bits: test FlashWgmmaGivesTheMmaBits). Each consumer group walks the key range of its own rows (the
 //     union of its warps'): a tile past a row's keys is masked, adds exact zeros and leaves its
 //     maximum, so the bits do not depend on the rows a group shares; the block's other tiles
 //     (causal: the other group's diagonal) it only waits for and releases.
@@ -62,7 +63,7 @@ struct WgGeometry {
   static constexpr int kThreads = 128 * (kGroups + 1);
   // setmaxnreg: what the producer gives up, the consumers take (one group: two blocks an SM).
   // Two groups: 2 x 128 x 224 + 128 x 56 = the 168 x 384 registers the block is launched with;
-  // the consumers use up to R209 (Q's fragments in registers), the TMA producer's block-table rows
+  // the consumers use up to R219 (Q's fragments in registers), the TMA producer's block-table rows
   // and run flags spill at 40.
   static constexpr int kProducerRegs = kGroups == 1 ? 40 : 56;
   static constexpr int kConsumerRegs = kGroups == 1 ? 216 : 224;
