@@ -481,24 +481,18 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
     const float inv = Reciprocal(l_row);
     float* out = p.out + out_rows[h] * HD;
     __nv_bfloat16* out_b = a.out_bf16 != nullptr ? a.out_bf16 + out_rows[h] * HD : nullptr;
-    // One branch a row, not one a value: a choice inside the loop became a branch around each
-    // value's load of the merged O, whose latency then stalled every value in turn (Nsight
-    // Compute at 1K tokens: a tenth of the warps' stalls).
-    auto store = [&](auto value) {
 #pragma unroll
-      for (int dt = 0; dt < Geo::kDTiles; ++dt) {
-        const float v0 = Normalize(value(dt, 0), inv), v1 = Normalize(value(dt, 1), inv);
-        StorePair<false>(out, dt, q, v0, v1);
-        StorePairBf16<false>(out_b, dt, q, v0, v1);
+    for (int dt = 0; dt < Geo::kDTiles; ++dt) {
+      float v[2];
+#pragma unroll
+      for (int jj = 0; jj < 2; ++jj) {
+        const float acc = st.acc[dt][2 * h + jj];
+        const float o = alone ? acc : blend ? Blend(o_s[(dt * 4 + 2 * h + jj) * 128], acc, sc)
+                                            : o_s[(dt * 4 + 2 * h + jj) * 128];
+        v[jj] = Normalize(o, inv);
       }
-    };
-    auto merged_o = [&](int dt, int jj) { return o_s[(dt * 4 + 2 * h + jj) * 128]; };
-    if (alone) {
-      store([&](int dt, int jj) { return st.acc[dt][2 * h + jj]; });
-    } else if (blend) {
-      store([&](int dt, int jj) { return Blend(merged_o(dt, jj), st.acc[dt][2 * h + jj], sc); });
-    } else {
-      store(merged_o);
+      StorePair<false>(out, dt, q, v[0], v[1]);
+      StorePairBf16<false>(out_b, dt, q, v[0], v[1]);
     }
   }
 }
