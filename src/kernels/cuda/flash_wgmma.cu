@@ -71,15 +71,20 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   const WarpKeys keys = WarpKeyRange(rows);
   // The warps' key ranges and the shortest and longest segment of their valid rows.
   int (*range_s)[4 * kGroups] = reinterpret_cast<int (*)[4 * kGroups]>(small + WG::kBarriers * 8);
-  const int seg_lo = __reduce_min_sync(0xffffffffu, static_cast<unsigned>(
-                                                        min(rows.valid[0] ? rows.seg[0] : INT_MAX, rows.valid[1] ? rows.seg[1] : INT_MAX)));
-  const int seg_hi = __reduce_max_sync(0xffffffffu, static_cast<unsigned>(
-                                                        max(rows.valid[0] ? rows.seg[0] : 0, rows.valid[1] ? rows.seg[1] : 0)));
+  unsigned my_seg_lo = UINT_MAX, my_seg_hi = 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (rows.valid[h]) {
+      my_seg_lo = min(my_seg_lo, static_cast<unsigned>(rows.seg[h]));
+      my_seg_hi = max(my_seg_hi, static_cast<unsigned>(rows.seg[h]));
+    }
+  }
+  const unsigned seg_lo = __reduce_min_sync(0xffffffffu, my_seg_lo), seg_hi = __reduce_max_sync(0xffffffffu, my_seg_hi);
   if (wg < kGroups && lane == 0) {
     range_s[0][cw] = keys.lo;
     range_s[1][cw] = keys.hi;
-    range_s[2][cw] = seg_lo;
-    range_s[3][cw] = seg_hi;
+    range_s[2][cw] = static_cast<int>(seg_lo);  // the bits of UINT_MAX where the warp has no valid row
+    range_s[3][cw] = static_cast<int>(seg_hi);
   }
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -334,17 +339,18 @@ __global__ void __launch_bounds__(WgGeometry<HD, kGroups>::kThreads, kGroups == 
   // zeros, its maxima and sums unchanged, the segment merges the same), so the group only waits
   // for such a tile's copies and releases its stages (causal, two groups: the first group skips
   // the second's diagonal tile).
-  int g_lo = INT_MAX, g_hi = -1, g_seg_lo = INT_MAX, g_seg_hi = 0;
+  int g_lo = INT_MAX, g_hi = -1;
+  unsigned g_seg_lo = UINT_MAX, g_seg_hi = 0;
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
     g_lo = min(g_lo, range_s[0][wg * 4 + w]);
     g_hi = max(g_hi, range_s[1][wg * 4 + w]);
-    g_seg_lo = min(g_seg_lo, range_s[2][wg * 4 + w]);
-    g_seg_hi = max(g_seg_hi, range_s[3][wg * 4 + w]);
+    g_seg_lo = min(g_seg_lo, static_cast<unsigned>(range_s[2][wg * 4 + w]));
+    g_seg_hi = max(g_seg_hi, static_cast<unsigned>(range_s[3][wg * 4 + w]));
   }
   // The group's segment length where all its valid rows share one (the usual case: a prefill's
   // rows differ only where they straddle 1024 or 2048 keys), else 0.
-  const int g_seg = g_seg_lo == g_seg_hi ? g_seg_lo : 0;
+  const int g_seg = g_seg_lo == g_seg_hi ? static_cast<int>(g_seg_lo) : 0;
   const int n_lo = g_hi < 0 ? tile_hi - tile_lo + 1 : g_lo / kKeyTile - tile_lo;  // this group's tiles [n_lo, n_hi]
   const int n_hi = g_hi < 0 ? tile_hi - tile_lo : g_hi / kKeyTile - tile_lo;
   auto stage_of = [](int n) { return n % kStages; };

@@ -19,10 +19,10 @@
 //     runs while P V does; O is rescaled (or its segment merged) after P V (at head dim 128
 //     while the next tile's S runs), or, where all of a group's rows start a segment, the next
 //     P V overwrites it (scale-d off), so every row sees the mma.sync kernel's sequence of
-//     roundings (bits: test FlashWgmmaGivesTheMmaBits). Each consumer group walks the key range of its own rows (the
-//     union of its warps'): a tile past a row's keys is masked, adds exact zeros and leaves its
-//     maximum, so the bits do not depend on the rows a group shares; the block's other tiles
-//     (causal: the other group's diagonal) it only waits for and releases.
+//     roundings (bits: test FlashWgmmaGivesTheMmaBits). Each consumer group walks the key range
+//     of its own rows (the union of its warps'): a tile past a row's keys is masked, adds exact
+//     zeros and leaves its maximum, so the bits do not depend on the rows a group shares; the
+//     block's other tiles (causal: the other group's diagonal) it only waits for and releases.
 // Tiles in shared memory: [64-value column block][64 rows][128 bytes], 16-byte chunk c of row r
 // at chunk c ^ (r % 8), 1024-byte aligned. d128: 161 KB a (two-group) block, one an SM.
 #pragma once

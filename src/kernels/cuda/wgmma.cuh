@@ -72,37 +72,27 @@ __device__ __forceinline__ void WgmmaRS(float* d, const uint32_t (&a)[4], uint64
                  : PAGODA_WGMMA_D##R(d, 0)                                                                         \
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                        \
   }
-#define PAGODA_WGMMA_RS(N, T, TYPE, R, A0, A1, A2, A3, B, SD)                                                      \
+// The register-A products: FN (WgmmaRS, B K-major, or WgmmaRSTransB, B MN-major: TRANS 0 / 1).
+#define PAGODA_WGMMA_RS(FN, TRANS, N, T, TYPE, R, A0, A1, A2, A3, B, SD)                                           \
   template <>                                                                                                      \
-  __device__ __forceinline__ void WgmmaRSTransB<N, T>(float* d, const uint32_t (&a)[4], uint64_t desc_b,          \
-                                                      int scale_d) {                                               \
+  __device__ __forceinline__ void FN<N, T>(float* d, const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {      \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" SD ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N            \
                  "k16.f32." TYPE "." TYPE " " PAGODA_WGMMA_R##R ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B       \
-                 ", p, 1, 1, 1;\n}\n"                                                                              \
+                 ", p, 1, 1, " #TRANS ";\n}\n"                                                                     \
                  : PAGODA_WGMMA_D##R(d, 0)                                                                         \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));                         \
   }
-#define PAGODA_WGMMA_RS_K(N, T, TYPE, R, A0, A1, A2, A3, B, SD)                                                   \
-  template <>                                                                                                      \
-  __device__ __forceinline__ void WgmmaRS<N, T>(float* d, const uint32_t (&a)[4], uint64_t desc_b, int scale_d) { \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" SD ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N            \
-                 "k16.f32." TYPE "." TYPE " " PAGODA_WGMMA_R##R ", {%" A0 ", %" A1 ", %" A2 ", %" A3 "}, %" B       \
-                 ", p, 1, 1, 0;\n}\n"                                                                              \
-                 : PAGODA_WGMMA_D##R(d, 0)                                                                         \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));                         \
-  }
-PAGODA_WGMMA_RS_K(64, __nv_bfloat16, "bf16", 32, "32", "33", "34", "35", "36", "37")
-PAGODA_WGMMA_RS_K(64, __half, "f16", 32, "32", "33", "34", "35", "36", "37")
-#undef PAGODA_WGMMA_RS_K
+PAGODA_WGMMA_RS(WgmmaRS, 0, 64, __nv_bfloat16, "bf16", 32, "32", "33", "34", "35", "36", "37")
+PAGODA_WGMMA_RS(WgmmaRS, 0, 64, __half, "f16", 32, "32", "33", "34", "35", "36", "37")
 PAGODA_WGMMA_SS(64, __nv_bfloat16, "bf16", 32, "32", "33", "34")
 PAGODA_WGMMA_SS(128, __nv_bfloat16, "bf16", 64, "64", "65", "66")
 PAGODA_WGMMA_SS(256, __nv_bfloat16, "bf16", 128, "128", "129", "130")
 PAGODA_WGMMA_SS(64, __half, "f16", 32, "32", "33", "34")
 PAGODA_WGMMA_SS(128, __half, "f16", 64, "64", "65", "66")
-PAGODA_WGMMA_RS(64, __nv_bfloat16, "bf16", 32, "32", "33", "34", "35", "36", "37")
-PAGODA_WGMMA_RS(128, __nv_bfloat16, "bf16", 64, "64", "65", "66", "67", "68", "69")
-PAGODA_WGMMA_RS(64, __half, "f16", 32, "32", "33", "34", "35", "36", "37")
-PAGODA_WGMMA_RS(128, __half, "f16", 64, "64", "65", "66", "67", "68", "69")
+PAGODA_WGMMA_RS(WgmmaRSTransB, 1, 64, __nv_bfloat16, "bf16", 32, "32", "33", "34", "35", "36", "37")
+PAGODA_WGMMA_RS(WgmmaRSTransB, 1, 128, __nv_bfloat16, "bf16", 64, "64", "65", "66", "67", "68", "69")
+PAGODA_WGMMA_RS(WgmmaRSTransB, 1, 64, __half, "f16", 32, "32", "33", "34", "35", "36", "37")
+PAGODA_WGMMA_RS(WgmmaRSTransB, 1, 128, __half, "f16", 64, "64", "65", "66", "67", "68", "69")
 #undef PAGODA_WGMMA_SS
 #undef PAGODA_WGMMA_RS
 
