@@ -17,10 +17,10 @@
 namespace pagoda::cuda::flash {
 
 // Quantized caches (fp8 e4m3/e5m2: d codes then an f32 scale; int8: d codes, int4: d / 2 bytes
-// of nibbles, then f16 scales, one per group of 8k values dividing d): a row lands raw, as whole
-// 16-byte pieces from the one holding its first byte (rows need not start 16-byte aligned: 132
-// bytes for fp8 at d 128), in raw rows of RawGeometry::kRowBytes; the tile's 64 offsets of each
-// row's first byte in its raw row follow.
+// of nibbles, then f16 scales, one per group of 8k values dividing d): a block's rows are
+// head-major (kv/kv_codec.h), so a tile's rows of one KV head are runs of consecutive rows, one
+// a paged block (at most 64 rows), each starting 16-byte aligned (FlashAttentionSupports); they
+// land as they lie, row r of a raw tile at r x the row's bytes (RawRow: 132 for fp8 at d 128).
 //   In registers (Fp8KRegs; IntRegs for int8/int4 with groups of 32k values): K's B fragments are
 //         converted from the raw tile (codes to exact f16 values, Q rounded to f16; fp8's row
 //         scale multiplies a key's scores, int8/int4 sum Q K^T a group at a time and add each
@@ -119,25 +119,18 @@ template <typename KV>
 using MmaType = std::conditional_t<kQuantKV<KV>, __nv_bfloat16, KV>;
 template <typename KV, int HD>
 struct RawGeometry {
-  // The largest row (int8 with groups of 8: d / 4 bytes of scales) plus the most a row can start
-  // past a 16-byte boundary (nvfp4: rounded up to whole 16-byte pieces).
-  static constexpr int kRowBytes = std::is_same_v<KV, Int8Row>    ? HD + HD / 4 + 16
-                                   : std::is_same_v<KV, Int4Row>  ? HD / 2 + HD / 4 + 16
-                                   : std::is_same_v<KV, Nvfp4Row> ? (HD / 2 + HD / 16 + 15 + 15) / 16 * 16
-                                                                  : HD + 16;
-  static constexpr int kChunks = kRowBytes / 16;
-  // Rows, then their offsets, rounded up to 128 bytes: the one-warp shapes' bulk tensor copies
-  // write each tile at a 128-byte boundary.
-  static constexpr int kTileBytes = (kKeyTile * kRowBytes + kKeyTile + 127) / 128 * 128;
-  static_assert(kRowBytes % 16 == 0, "8 rows (the smallest box of a copy) keep 128-byte boundaries");
+  // The largest row: int8 with groups of 8 (d / 4 bytes of scales), fp8's f32 scale.
+  static constexpr int kMaxRowBytes = std::is_same_v<KV, Int8Row>    ? HD + HD / 4
+                                      : std::is_same_v<KV, Int4Row>  ? HD / 2 + HD / 4
+                                      : std::is_same_v<KV, Nvfp4Row> ? HD / 2 + HD / 16
+                                                                     : HD + 4;
+  // A tile's rows rounded up to 128 bytes: the one-warp shapes put each tile at a 128-byte
+  // boundary.
+  static constexpr int kTileBytes = (kKeyTile * kMaxRowBytes + 127) / 128 * 128;
 };
 
-// Row r of a raw tile: its first byte, past the offset stored after the rows.
-template <typename Tag, int HD>
-__device__ __forceinline__ const uint8_t* RawRow(const uint8_t* raw, int r) {
-  using Raw = RawGeometry<Tag, HD>;
-  return raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r];
-}
+// Row r of a raw tile of rows of `pitch` bytes (the format's row bytes).
+__device__ __forceinline__ const uint8_t* RawRow(const uint8_t* raw, int r, int pitch) { return raw + r * pitch; }
 
 // The head-dim column of k-step kk's columns 2q + i (i = 0, 1) and 2q + 8 + (i - 2) (i = 2, 3)
 // for K read in registers: 32 (kk / 2) + 8q + 4 (kk % 2) + i, so a thread's four are adjacent
@@ -177,7 +170,7 @@ __device__ __forceinline__ void FragVLoad(const uint8_t* frags, int kk, int c, u
 template <typename Tag, int HD, bool kTile = false>
 struct RawFp8K {
   const uint8_t* raw;
-  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
+  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow(raw, r, pitch); }
   __device__ __forceinline__ static uint32_t Cvt(uint16_t codes) {
     constexpr __nv_fp8_interpretation_t kInterp = std::is_same_v<Tag, Fp8E4M3Row> ? __NV_E4M3 : __NV_E5M2;
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), kInterp);
@@ -198,6 +191,7 @@ struct RawFp8K {
   static constexpr bool kGrouped = false;
   int group;             // unused (one scale a row)
   const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
+  int pitch;             // the raw rows' bytes
 };
 
 // K's scores from a raw int8 or int4 tile (QKColumn's order, as fp8): the codes to exact f16
@@ -208,8 +202,9 @@ struct RawIntK {
   const uint8_t* raw;
   int group;
   const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
+  int pitch;             // the raw rows' bytes
   static constexpr bool kGrouped = true;
-  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
+  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow(raw, r, pitch); }
   __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
     if constexpr (kTile) return FragKLoad<HD>(frags, n, kk, b);
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -257,7 +252,7 @@ struct RawIntK {
 template <typename Tag, int HD, bool kTile = false>
 struct RawFp4K {
   const uint8_t* raw;
-  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
+  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow(raw, r, pitch); }
   __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
     if constexpr (kTile) return FragKLoad<HD>(frags, n, kk, b);
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -273,6 +268,7 @@ struct RawFp4K {
   static constexpr bool kGrouped = false;
   int group;             // unused (a scale per 16 values)
   const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
+  int pitch;             // the raw rows' bytes
 };
 
 template <typename Row, int HD, bool kTile = false>
@@ -340,10 +336,10 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
 // The wide shape's fragment tiles of one raw K and V tile (FragK, FragV), the block's warps
 // taking K's n-tiles and V's k-steps in turn. A barrier must follow before they are read.
 template <typename Tag, int HD, int kWarps>
-__device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8_t* raw_v, int k_group,
-                                               uint8_t* k_frags, uint8_t* v_frags) {
+__device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8_t* raw_v, int k_group, int k_pitch,
+                                               int v_pitch, uint8_t* k_frags, uint8_t* v_frags) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane & 3;
-  const RawK<Tag, HD> k{raw_k, k_group};
+  const RawK<Tag, HD> k{raw_k, k_group, nullptr, k_pitch};
   for (int n = warp; n < 8; n += kWarps) {
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
@@ -355,7 +351,7 @@ __device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8
   for (int kk = warp; kk < kKeyTile / 16; kk += kWarps) {
     const uint8_t* rows[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) rows[i] = RawRow<Tag, HD>(raw_v, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
+    for (int i = 0; i < 4; ++i) rows[i] = RawRow(raw_v, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1), v_pitch);
 #pragma unroll
     for (int c = 0; c < HD / 32; ++c) {
       uint32_t b[4][2];
@@ -376,14 +372,16 @@ __device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8
 // each group) times a power of two 2^e chosen per tile (the tile's largest scale times 2^e in
 // [1, 2)), so P's products stay in f16's normal range whatever the scales; O's accumulators hold
 // O x 2^vexp (`vexp`: the last tile's e; rescaled exactly by a power of two when a tile's e
-// differs; OScale undoes it). An all-zero tile (every scale 0: keys outside the block's range,
-// zero rows) adds nothing and is skipped.
+// differs; OScale undoes it). The largest scale is taken over the tile's rows [r_lo, r_hi] (the
+// keys of the block's range; the others are masked, P = 0, and may hold another sequence's
+// rows of a shared paged block), so it never depends on what lies outside them. A tile whose
+// scales there are all 0 (zero rows) adds nothing and is skipped.
 // A B fragment needs two keys at one column; a thread reads 4 columns of each of its 4 keys a
 // k-step and pairs them with byte permutes, so O's columns are permuted: n-tile 4c + i's column n
 // holds head-dim column 32c + 4n + i (OutColumn<true> maps them back).
 template <typename Tag, int HD, bool kTile = false>
-__device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s)[8][4], State<HD>& st, int& vexp,
-                                             int group, const uint8_t* v_frags = nullptr) {
+__device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int r_lo, int r_hi, const float (&s)[8][4],
+                                             State<HD>& st, int& vexp, int group, const uint8_t* v_frags = nullptr) {
   constexpr bool kFp8 = kFp8Row<Tag>;
   constexpr int kCode = kCodeBytes<Tag, HD>;
   const int lane = threadIdx.x & 31, q = lane & 3;
@@ -392,7 +390,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
     for (int kk = 0; kk < kKeyTile / 16; ++kk) {
       const uint8_t* rows[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) rows[i] = RawRow<Tag, HD>(raw, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
+      for (int i = 0; i < 4; ++i) rows[i] = RawRow(raw, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1), pitch);
       const uint32_t a[4] = {PackPair<__half>(s[2 * kk][0], s[2 * kk][1]),
                              PackPair<__half>(s[2 * kk][2], s[2 * kk][3]),
                              PackPair<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
@@ -412,7 +410,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
     return;
   }
   const int groups = kFp8 ? 1 : HD / group;
-  auto row = [&](int r) { return RawRow<Tag, HD>(raw, r); };
+  auto row = [&](int r) { return RawRow(raw, r, pitch); };
   auto scale_of = [&](const uint8_t* r, int gi) {
     if constexpr (kFp8) {
       return *reinterpret_cast<const float*>(r + HD);
@@ -420,9 +418,12 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
       return __half2float(*reinterpret_cast<const __half*>(r + kCode + 2 * gi));
     }
   };
-  // The tile's largest scale (scales are >= 0), the same on every lane.
+  // The largest scale of rows [r_lo, r_hi] (scales are >= 0), the same on every lane.
   float s_max = 0.0f;
-  for (int gi = 0; gi < groups; ++gi) s_max = fmaxf(s_max, fmaxf(scale_of(row(lane), gi), scale_of(row(lane + 32), gi)));
+  const bool in0 = lane >= r_lo && lane <= r_hi, in1 = lane + 32 >= r_lo && lane + 32 <= r_hi;
+  for (int gi = 0; gi < groups; ++gi) {
+    s_max = fmaxf(s_max, fmaxf(in0 ? scale_of(row(lane), gi) : 0.0f, in1 ? scale_of(row(lane + 32), gi) : 0.0f));
+  }
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) s_max = fmaxf(s_max, __shfl_xor_sync(0xffffffffu, s_max, o));
   if (s_max == 0.0f) return;
@@ -479,12 +480,12 @@ __device__ __forceinline__ float OScale(int vexp) { return __int_as_float((127 -
 // time: code x its group's scale in f32 (DequantizeRun's products), rounded to bf16. Rows start
 // 2-byte aligned in shared memory.
 template <typename Row, int HD, int kThreads>
-__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile, int scale_group) {
+__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, int pitch, uint8_t* tile, int scale_group) {
   static_assert(std::is_same_v<Row, Int8Row> || std::is_same_v<Row, Int4Row>, "fp8 and nvfp4 rows are read in registers");
   constexpr int kRuns = HD / 8;
   for (int u = threadIdx.x; u < kKeyTile * kRuns; u += kThreads) {
     const int r = u / kRuns, i = (u % kRuns) * 8;
-    const uint8_t* row = RawRow<Row, HD>(raw, r);
+    const uint8_t* row = RawRow(raw, r, pitch);
     uint32_t out[4];
     const float s = __half2float(*reinterpret_cast<const __half*>(row + kCodeBytes<Row, HD> + 2 * (i / scale_group)));
     if constexpr (std::is_same_v<Row, Int8Row>) {
