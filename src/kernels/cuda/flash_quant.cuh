@@ -181,14 +181,15 @@ struct RawFp8K {
   __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
     if constexpr (kTile) return FragKLoad<HD>(frags, n, kk, b);
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const uint32_t w = *reinterpret_cast<const uint32_t*>(Row(n * 8 + g) + QKColumn(kk, q, 0));
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(Row(TileKey<true>(n, g)) + QKColumn(kk, q, 0));
     b[0] = Cvt(static_cast<uint16_t>(w & 0xffff));
     b[1] = Cvt(static_cast<uint16_t>(w >> 16));
   }
   __device__ __forceinline__ float Scale(float x, int n, int j) const {
-    return __fmul_rn(x, *reinterpret_cast<const float*>(Row(n * 8 + 2 * (threadIdx.x & 3) + j) + HD));
+    return __fmul_rn(x, *reinterpret_cast<const float*>(Row(TileKey<true>(n, 2 * (threadIdx.x & 3) + j)) + HD));
   }
   static constexpr bool kGrouped = false;
+  static constexpr bool kSpread = true;  // TileKey's spread keys: rows of 33 words
   int group;             // unused (one scale a row)
   const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
   int pitch;             // the raw rows' bytes
@@ -351,7 +352,7 @@ __device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8
   for (int kk = warp; kk < kKeyTile / 16; kk += kWarps) {
     const uint8_t* rows[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) rows[i] = RawRow(raw_v, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1), v_pitch);
+    for (int i = 0; i < 4; ++i) rows[i] = RawRow(raw_v, TileKey<kFp8Row<Tag>>(2 * kk + (i >> 1), 2 * q + (i & 1)), v_pitch);
 #pragma unroll
     for (int c = 0; c < HD / 32; ++c) {
       uint32_t b[4][2];
@@ -390,7 +391,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int 
     for (int kk = 0; kk < kKeyTile / 16; ++kk) {
       const uint8_t* rows[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) rows[i] = RawRow(raw, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1), pitch);
+      for (int i = 0; i < 4; ++i) rows[i] = RawRow(raw, TileKey<false>(2 * kk + (i >> 1), 2 * q + (i & 1)), pitch);
       const uint32_t a[4] = {PackPair<__half>(s[2 * kk][0], s[2 * kk][1]),
                              PackPair<__half>(s[2 * kk][2], s[2 * kk][3]),
                              PackPair<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
@@ -444,7 +445,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int 
     // The thread's keys of this k-step: 2q, 2q + 1, 2q + 8, 2q + 9.
     const uint8_t* rows[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) rows[i] = row(kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
+    for (int i = 0; i < 4; ++i) rows[i] = row(TileKey<kFp8>(2 * kk + (i >> 1), 2 * q + (i & 1)));
     uint32_t a[4];
     auto make_a = [&](int gi) {  // P times the keys' scales (group gi) times 2^e, in f16
       float scale[4];

@@ -186,6 +186,19 @@ __device__ __forceinline__ void RescaleO(State<HD>& st, const float (&corr)[2]) 
   }
 }
 
+// The key (in its 64-key tile) of the scores' n-tile n, column c: n x 8 + c; or, for K fragment
+// sources with kSpread (fp8 rows of 33 words), 8 (c / 2) + c % 2 + 2 (n % 4) + 32 (n / 4), so
+// the keys a k-step's B fragments read (V: keys 2q, 2q + 1, 2q + 8, 2q + 9 of the quad's thread
+// q; K: key c of thread group c) sit 8 rows apart, a quad's reads in four bank octets instead
+// of four threads on one bank. The same products in another order.
+template <bool kSpread>
+__device__ __forceinline__ int TileKey(int n, int c) {
+  if constexpr (kSpread) return 8 * (c >> 1) + (c & 1) + 2 * (n & 3) + 32 * (n >> 2);
+  return n * 8 + c;
+}
+template <class KFrag>
+inline constexpr bool kSpreadKeys = requires { requires KFrag::kSpread; };
+
 // The online softmax of a tile's scores `s` (TileScores' layout; the keys from absolute key
 // `tile_start`): s = P = 2^(S - m), the state's max and sum updated and (kRescaleO) O rescaled;
 // `corr` gets each row's correction. `mask`: some row of the warp has keys of this tile outside
@@ -205,7 +218,7 @@ __device__ __forceinline__ void TileSoftmax(const KFrag& kf, int tile_start, con
       const int h = i >> 1;
       float v = kf.Scale(s[n][i], n, i & 1);
       if (mask) {
-        const int key = tile_start + n * 8 + 2 * q + (i & 1);
+        const int key = tile_start + TileKey<kSpreadKeys<KFrag>>(n, 2 * q + (i & 1));
         if (key < rows.first[h] || key > rows.pos[h]) v = -INFINITY;
       }
       s[n][i] = v;
