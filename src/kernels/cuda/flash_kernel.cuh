@@ -227,12 +227,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   State<HD> st;
   st.Reset(0);
   st.Reset(1);
-  int vexp = 0;  // K and V in registers: the accumulators hold O x 2^vexp (AddRawValues)
+  int vexp = 0;  // fp8 in registers: the accumulators hold O x 2^vexp (AddRawValues)
   // O's value at accumulator (dt, i).
   auto o_val = [&](int dt, int i) {
     if constexpr (kFp4Row<Row>) {  // V's values without the tensor scale
       return __fmul_rn(st.acc[dt][i], a.v_global);
-    } else if constexpr (kKRegs) {
+    } else if constexpr (kFp8Row<Row>) {  // the accumulators hold O x 2^vexp (AddRawValues)
       return __fmul_rn(st.acc[dt][i], OScale(vexp));
     } else {
       return st.acc[dt][i];
@@ -435,7 +435,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         barrier();
       } else if constexpr (kFragTiles) {
         const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
-        BuildFragments<Row, HD, kWarps>(r, r + Raw::kTileBytes, a.k_scale_group, a.k_row_bytes, a.v_row_bytes, kt, vt);
+        BuildFragments<Row, HD, kWarps>(r, r + Raw::kTileBytes, a.k_scale_group, a.v_scale_group, a.k_row_bytes,
+                                         a.v_row_bytes, kt, vt);
         barrier();
       }
       const int tile_start = j * kKeyTile;

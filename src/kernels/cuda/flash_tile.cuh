@@ -132,7 +132,6 @@ struct TileK {
     LdMatrixX4(SmemAddr(row), b0[0], b0[1], b1[0], b1[1]);
   }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
-  static constexpr bool kGrouped = false;
   static constexpr bool kPairs = true;
 };
 
@@ -140,33 +139,28 @@ struct TileK {
 // at most 8 query rows), so their accumulators, scores and softmax state are not computed
 // (MmaRows); rows 0-7 get the same bits either way.
 // S = Q K^T of a tile of 64 keys for the warp's 16 rows (K's fragments from `kf`): eight n-tiles
-// of 8 keys in the C layout (kGrouped sources scale their groups' sums themselves).
+// of 8 keys in the C layout.
 template <typename T, int HD, bool kRows8 = false, class KFrag>
 __device__ __forceinline__ void TileScores(const KFrag& kf, const uint32_t (&qf)[HD / 16][4], float (&s)[8][4]) {
   using Geo = Geometry<HD>;
-  if constexpr (KFrag::kGrouped) {
-    static_assert(!kRows8, "grouped sources (int8/int4 in registers) keep all 16 rows");
-    kf.template Scores<T>(qf, s);
-  } else {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+  for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < Geo::kKSteps; ++kk) {
-      if constexpr (requires { requires KFrag::kPairs; }) {
+  for (int kk = 0; kk < Geo::kKSteps; ++kk) {
+    if constexpr (requires { requires KFrag::kPairs; }) {
 #pragma unroll
-        for (int n = 0; n < 8; n += 2) {
-          uint32_t b0[2], b1[2];
-          kf.LoadPair(n, kk, b0, b1);
-          MmaRows<T, kRows8>(s[n], qf[kk], b0);
-          MmaRows<T, kRows8>(s[n + 1], qf[kk], b1);
-        }
-      } else {
+      for (int n = 0; n < 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        kf.LoadPair(n, kk, b0, b1);
+        MmaRows<T, kRows8>(s[n], qf[kk], b0);
+        MmaRows<T, kRows8>(s[n + 1], qf[kk], b1);
+      }
+    } else {
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          uint32_t b[2];
-          kf.Load(n, kk, b);
-          MmaRows<T, kRows8>(s[n], qf[kk], b);
-        }
+      for (int n = 0; n < 8; ++n) {
+        uint32_t b[2];
+        kf.Load(n, kk, b);
+        MmaRows<T, kRows8>(s[n], qf[kk], b);
       }
     }
   }
