@@ -1,8 +1,9 @@
 // CudaKVCache: the CUDA backend's KV cache, per layer a K and a V array of blocks. Each array
 // stores its layer's format (kv/kv_format.h's LayerKVFormats): plain rows of shape.dtype (f32,
 // bf16 or f16; MLA: the latent and k_pe) or per-token quantized rows (fp8_e4m3, fp8_e5m2,
-// int8) in kv/kv_codec.h's byte layout, so a block is [block_size, num_kv_heads] rows of
-// KVRowBytes each. Included by the backend's .cu files only.
+// int8, int4, nvfp4) in kv/kv_codec.h's byte layout, so a quantized block is [num_kv_heads,
+// block_size] rows of KVRowBytes each (head-major), a plain one [block_size, num_kv_heads].
+// Included by the backend's .cu files only.
 #pragma once
 
 #include <atomic>

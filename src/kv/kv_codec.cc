@@ -179,6 +179,10 @@ const uint8_t* HeavyRow(const KVArrayFormat& f, const uint8_t* block, int64_t of
 
 int64_t KVBlockBytes(const KVArrayFormat& f) { return CodeBytes(f) + HeavyBytes(f); }
 
+int64_t KVRowIndex(const KVArrayFormat& f, int64_t offset, int64_t head) {
+  return f.quant == KVQuant::kNone ? offset * f.num_heads + head : head * f.block_size + offset;
+}
+
 void SetHeavyRows(const KVArrayFormat& f, uint8_t* block, const int64_t* offsets,
                   const float* rows) {
   if (HeavyBytes(f) == 0) return;
@@ -195,7 +199,7 @@ void ClearHeavyRows(const KVArrayFormat& f, uint8_t* block) {
 void QuantizeKVRow(const KVArrayFormat& f, const float* x, uint8_t* block, int64_t offset,
                    int64_t head) {
   PAGODA_DCHECK(!f.per_channel);
-  uint8_t* row = block + (offset * f.num_heads + head) * KVRowBytes(f);
+  uint8_t* row = block + KVRowIndex(f, offset, head) * KVRowBytes(f);
   switch (f.quant) {
     case KVQuant::kNone: QuantizeRow(f.dtype, x, row, f.head_dim); return;
     case KVQuant::kFp8E4M3:
@@ -220,9 +224,10 @@ void QuantizeKVBlock(const KVArrayFormat& f, const float* x, uint8_t* block) {
   std::memset(codes, 0, CodeBytes(f) - KiviKeyHeaderBytes(f));
   for (int64_t k = 0; k < h; ++k) {
     for (int64_t c = 0; c < d; ++c) {
-      // Channel c of head k over the block's tokens: stride h * d in x, one row per token.
+      // Channel c of head k over the block's tokens: stride h * d in x, one row per token (the
+      // head's rows consecutive).
       Quantize2Bit(x + k * d + c, f.block_size, h * d, block + (k * d + c) * 4,
-                   codes + k * row_bytes, h * row_bytes, c);
+                   codes + KVRowIndex(f, 0, k) * row_bytes, row_bytes, c);
     }
   }
 }
@@ -235,8 +240,7 @@ void DequantizeKVRow(const KVArrayFormat& f, const uint8_t* block, int64_t offse
     return;
   }
   if (f.per_channel) {
-    const uint8_t* row =
-        block + KiviKeyHeaderBytes(f) + (offset * f.num_heads + head) * KVRowBytes(f);
+    const uint8_t* row = block + KiviKeyHeaderBytes(f) + KVRowIndex(f, offset, head) * KVRowBytes(f);
     const uint8_t* meta = block + head * d * 4;
     for (int64_t i = 0; i < d; ++i) {
       const int q = (row[i / 4] >> (2 * (i % 4))) & 3;
@@ -244,7 +248,7 @@ void DequantizeKVRow(const KVArrayFormat& f, const uint8_t* block, int64_t offse
     }
     return;
   }
-  const uint8_t* row = block + (offset * f.num_heads + head) * KVRowBytes(f);
+  const uint8_t* row = block + KVRowIndex(f, offset, head) * KVRowBytes(f);
   switch (f.quant) {
     case KVQuant::kNone: DequantizeRow(f.dtype, row, out, d); return;
     case KVQuant::kFp8E4M3:

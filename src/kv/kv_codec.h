@@ -5,8 +5,13 @@
 // head_dim values (d). Every block is self-contained: its codes and all their scales live in
 // its bytes, so copying, sharing and evicting blocks moves whole blocks.
 //
-// Per-token formats: a block is block_size x num_heads rows (token-major, then head), each
-// row (one token, one head) = [codes][scales]; ng = ceil(d / group):
+// Per-token formats: a block is num_heads x block_size rows (head-major: a head's rows of the
+// block's tokens are consecutive, KVRowIndex), each row (one token, one head) = [codes][scales];
+// ng = ceil(d / group). Head-major because attention reads one KV head at a time: the head's
+// rows of a block are one contiguous run (fp8 at d 128: 16 rows of 132 bytes, 2112 bytes, whole
+// 32-byte sectors), where token-major rows of 132 bytes at a pitch of num_heads x 132 would each
+// span five sectors for four and an eighth of data. kNone rows stay token-major (the unquantized
+// caches' [block, slot, head, d] layout):
 //   kNone     d x sizeof(dtype)
 //   kFp8E4M3  d x e4m3 code, f32 scale (dynamic: amax / 448; or the per-tensor scale)
 //   kFp8E5M2  d x e5m2 code, f32 scale (dynamic: amax / 57344; or the per-tensor scale)
@@ -18,8 +23,8 @@
 //   kKivi2    (values) ceil(d/4) bytes of 2-bit codes (value i in bits 2(i%4)), ng x (f16
 //             scale, f16 min); x = min + code * scale                          asymmetric
 // Per-channel format (kivi2 keys):
-//   [num_heads x d x (f16 scale, f16 min)] over the block's tokens, then block_size x
-//   num_heads rows of ceil(d/4) bytes of 2-bit codes, then zero padding to a whole number of
+//   [num_heads x d x (f16 scale, f16 min)] over the block's tokens, then num_heads x
+//   block_size rows of ceil(d/4) bytes of 2-bit codes (head-major), then zero padding to a whole number of
 //   bytes per token (KVBlockBytes is a multiple of block_size). The codes are written when
 //   the block is full (QuantizeKVBlockPerChannel); until then the block's keys live in a wide
 //   copy (the KIVI residual, see backend/kv_storage.h).
@@ -44,6 +49,9 @@ namespace pagoda {
 int64_t KVRowBytes(const KVArrayFormat& f);
 // Bytes of one block of the array; a multiple of f.block_size.
 int64_t KVBlockBytes(const KVArrayFormat& f);
+// Row (offset, head)'s index among the block's rows: head * block_size + offset for the
+// quantized formats (head-major), offset * num_heads + head for kNone.
+int64_t KVRowIndex(const KVArrayFormat& f, int64_t offset, int64_t head);
 
 // Quantizes x [head_dim] f32 into row (offset, head) of `block` [KVBlockBytes].
 // REQUIRES: !f.per_channel.

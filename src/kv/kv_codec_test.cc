@@ -138,5 +138,39 @@ TEST(KVQuantTest, BlockBytesMatchTheLayoutComment) {
   EXPECT_EQ(KVBlockBytes(Format(KVQuant::kKivi2, 80, 32, true)) % 16, 0);
 }
 
+// Quantized blocks are head-major: row (offset, head) is row head x block_size + offset, so a
+// head's rows of the block are one run of bytes (the GPU copies it whole); writing a row
+// touches its own bytes only, and reading it back gives what the row's own codes give. kNone
+// rows stay token-major.
+TEST(KVQuantTest, QuantizedBlocksAreHeadMajor) {
+  for (const KVQuant q : {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4,
+                          KVQuant::kKivi2}) {
+    SCOPED_TRACE(static_cast<int>(q));
+    KVArrayFormat f = Format(q, 64);
+    f.num_heads = 3;
+    const int64_t rb = KVRowBytes(f);
+    EXPECT_EQ(KVRowIndex(f, 5, 2), 2 * f.block_size + 5);
+    const std::vector<float> x = Data(f, 7);
+    std::vector<uint8_t> block(KVBlockBytes(f), 0xAB);
+    const int64_t offset = 9, head = 1;
+    QuantizeKVRow(f, x.data(), block.data(), offset, head);
+    const int64_t at = (head * f.block_size + offset) * rb;
+    for (int64_t i = 0; i < static_cast<int64_t>(block.size()); ++i) {
+      if (i < at || i >= at + rb) ASSERT_EQ(block[i], 0xAB) << "byte " << i << " outside row (9, 1)";
+    }
+    // The row read from a block of its bytes alone at head 0, offset 0 (the start of the block).
+    std::vector<uint8_t> alone(KVBlockBytes(f), 0);
+    std::copy_n(block.begin() + at, rb, alone.begin());
+    std::vector<float> a(f.head_dim), b(f.head_dim);
+    DequantizeKVRow(f, block.data(), offset, head, a.data());
+    DequantizeKVRow(f, alone.data(), 0, 0, b.data());
+    EXPECT_EQ(a, b);
+  }
+  KVArrayFormat plain = Format(KVQuant::kNone, 64);
+  plain.dtype = DType::kBF16;
+  plain.num_heads = 3;
+  EXPECT_EQ(KVRowIndex(plain, 5, 2), 5 * 3 + 2);
+}
+
 }  // namespace
 }  // namespace pagoda

@@ -311,25 +311,27 @@ TEST(FlashPlanTest, SplitDepthCoversEverySegment) {
   }
 }
 
-// The one-warp (decode) shapes copy int8, int4 and nvfp4 K/V tiles by TMA (a box per paged
-// block, or per 64 slots of a larger one; each KV head's rows from the 16-byte boundary before
-// them: int8 rows of 136 and 144 bytes, int4 and nvfp4 rows of 72) or by cp.async: the same
-// bits, in the split shape (5 and 100 tokens: two stages, then ping buffers) and the narrow one
-// (140 tokens, ping buffers).
+// The one-warp (decode) shapes copy a quantized tile's runs (a paged block's rows of the KV head,
+// head-major blocks; or 64 slots of a larger block) by bulk copies or by cp.async: the same bits,
+// for every format (fp8 rows of 132 bytes, int8 of 136 and 144, int4 and nvfp4 of 72), in the
+// split shape (5 and 100 tokens: two stages, then ping buffers) and the narrow one (140 tokens,
+// ping buffers). And the same bits over a cache whose blocks hold an earlier owner's rows past
+// each sequence's last token, 16 times larger (a reused block: those rows are copied with the
+// run and must change nothing, not even the tile's scale exponent).
 TEST_F(CudaOpsTest, FlashOneWarpCopiesGiveTheSameBits) {
   const int64_t kv_heads = 4, heads = 16, hd = 128, row = heads * hd;
-  const std::pair<KVQuant, int64_t> formats[] = {
-      {KVQuant::kInt8, 32}, {KVQuant::kInt8, 16}, {KVQuant::kInt4, 32}, {KVQuant::kNvfp4, 0}};
+  const std::pair<KVQuant, int64_t> formats[] = {{KVQuant::kFp8E4M3, 0}, {KVQuant::kInt8, 32}, {KVQuant::kInt8, 16},
+                                                 {KVQuant::kInt4, 32},   {KVQuant::kNvfp4, 0}};
   const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), 0};
   for (const int64_t bs : {int64_t{16}, int64_t{64}}) {
     for (const int64_t num_seqs : {int64_t{5}, int64_t{100}, int64_t{140}}) {
-      std::vector<int64_t> prompt, lengths;
+      std::vector<int64_t> prompt, full;
       for (int64_t i = 0; i < num_seqs; ++i) {
         prompt.push_back(1 + (i * 37 + 11) % 520);
-        lengths.push_back(prompt.back() + 1);
+        full.push_back((prompt.back() + 1 + 63) / 64 * 64);  // the last tile's slots all written in `stale`
       }
       StepCase c;
-      MakeTables(lengths, bs, 17, &c);
+      MakeTables(full, bs, 17, &c);
       std::vector<int64_t> zeros(num_seqs, 0), ones(num_seqs, 1);
       for (const auto& [quant, group] : formats) {
         SCOPED_TRACE(std::string(KVQuantName(quant)) + " group " +
@@ -338,28 +340,42 @@ TEST_F(CudaOpsTest, FlashOneWarpCopiesGiveTheSameBits) {
         KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
         shape.quant = quant;
         shape.group_size = group;
-        auto cache = gpu_->CreateKVCache(shape);
-        const StepDescription& prefill = BuildStep(&c, bs, zeros, prompt, 100);
-        const int64_t n = prefill.num_tokens();
-        gpu_->BeginStep(prefill, *cache);
-        gpu_->WriteKV(*cache, 0, arena_->Make(n, kv_heads * hd, RandomVector(n * kv_heads * hd, 51)),
-                      arena_->Make(n, kv_heads * hd, RandomVector(n * kv_heads * hd, 52)));
-        gpu_->BeginStep(BuildStep(&c, bs, prompt, ones, 100), *cache);
-        gpu_->WriteKV(*cache, 0, arena_->Make(num_seqs, kv_heads * hd, RandomVector(num_seqs * kv_heads * hd, 53)),
-                      arena_->Make(num_seqs, kv_heads * hd, RandomVector(num_seqs * kv_heads * hd, 54)));
         const TensorView q = arena_->Make(num_seqs, row, RandomVector(num_seqs * row, 55));
-        std::vector<float> got[2];
-        for (const bool tma : {true, false}) {
-          cuda::SetFlashRowsTma(tma);
-          const TensorView out = arena_->Make(num_seqs, row);
-          gpu_->PagedAttention(*cache, 0, layer, q, out);
-          got[tma ? 0 : 1] = arena_->Read(out);
+        std::vector<float> got[4];
+        for (const bool stale : {false, true}) {
+          auto cache = gpu_->CreateKVCache(shape);
+          if (stale) {  // every slot of the tables, 16 times larger than the rows written after
+            const StepDescription& earlier = BuildStep(&c, bs, zeros, full, 100);
+            const int64_t n = earlier.num_tokens();
+            std::vector<float> k = RandomVector(n * kv_heads * hd, 61), v = RandomVector(n * kv_heads * hd, 62);
+            for (float& x : k) x *= 16.0f;
+            for (float& x : v) x *= 16.0f;
+            gpu_->BeginStep(earlier, *cache);
+            gpu_->WriteKV(*cache, 0, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
+          }
+          const StepDescription& prefill = BuildStep(&c, bs, zeros, prompt, 100);
+          const int64_t n = prefill.num_tokens();
+          gpu_->BeginStep(prefill, *cache);
+          gpu_->WriteKV(*cache, 0, arena_->Make(n, kv_heads * hd, RandomVector(n * kv_heads * hd, 51)),
+                        arena_->Make(n, kv_heads * hd, RandomVector(n * kv_heads * hd, 52)));
+          gpu_->BeginStep(BuildStep(&c, bs, prompt, ones, 100), *cache);
+          gpu_->WriteKV(*cache, 0, arena_->Make(num_seqs, kv_heads * hd, RandomVector(num_seqs * kv_heads * hd, 53)),
+                        arena_->Make(num_seqs, kv_heads * hd, RandomVector(num_seqs * kv_heads * hd, 54)));
+          for (const bool bulk : {true, false}) {
+            cuda::SetFlashRowsBulk(bulk);
+            const TensorView out = arena_->Make(num_seqs, row);
+            gpu_->PagedAttention(*cache, 0, layer, q, out);
+            got[2 * stale + (bulk ? 0 : 1)] = arena_->Read(out);
+          }
+          cuda::SetFlashRowsBulk(true);
         }
-        cuda::SetFlashRowsTma(true);
-        ASSERT_EQ(got[0].size(), got[1].size());
         EXPECT_TRUE(std::all_of(got[0].begin(), got[0].end(), [](float x) { return std::isfinite(x); }));
-        EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0)
-            << "the TMA copies give other bits than cp.async";
+        const char* what[4] = {"bulk copies", "cp.async", "bulk copies over stale rows", "cp.async over stale rows"};
+        for (int i = 1; i < 4; ++i) {
+          ASSERT_EQ(got[0].size(), got[i].size());
+          EXPECT_EQ(std::memcmp(got[0].data(), got[i].data(), got[0].size() * sizeof(float)), 0)
+              << what[i] << " give other bits than " << what[0];
+        }
       }
     }
   }
@@ -598,15 +614,15 @@ TEST_F(CudaOpsTest, FusedAttentionInputsGiveTheSeparateOpsBits) {
       run(*gpu_, *fused, true, src_b, qb, arena_->Make(n, kw), arena_->Make(n, kw), gbias);
       const auto want_q = arena_->Read(qa), got_q = arena_->Read(qb);
       EXPECT_EQ(std::memcmp(want_q.data(), got_q.data(), want_q.size() * sizeof(float)), 0) << "rotated queries";
-      // The slots the step wrote (the rest of the blocks was never written).
+      // The blocks the step wrote, whole (both caches start zeroed; quantized blocks are head-major,
+      // so a token's rows are not one run of bytes).
       for (const bool value : {false, true}) {
         for (int64_t t = 0; t < n; ++t) {
           const int64_t slot = step.slot_mapping[t];
           const auto a = gpu_->ReadKVBlock(*separate, 0, value, static_cast<int32_t>(slot / bs));
           const auto b = gpu_->ReadKVBlock(*fused, 0, value, static_cast<int32_t>(slot / bs));
-          const size_t per_token = a.size() / bs, at = (slot % bs) * per_token;  // [block_size] token rows
-          EXPECT_EQ(std::memcmp(a.data() + at, b.data() + at, per_token), 0)
-              << (value ? "V" : "K") << " of token " << t;
+          ASSERT_EQ(a.size(), b.size());
+          EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << (value ? "V" : "K") << " of token " << t << "'s block";
         }
       }
       // And the CPU's default: the same queries within the RoPE tolerance.

@@ -97,7 +97,7 @@ __device__ void WriteRow(const AttentionInputsParams& p, int64_t t, int64_t h, f
     case KVQuant::kInt8:
     case KVQuant::kInt4:
     case KVQuant::kNvfp4: {
-      uint8_t* out = static_cast<uint8_t*>(cache) + (slot * hk + head) * DeviceKVRowBytes(f);
+      uint8_t* out = static_cast<uint8_t*>(cache) + DeviceKVRowIndex(slot, head, hk, f.block_size) * DeviceKVRowBytes(f);
       if (f.quant == KVQuant::kFp8E4M3) {
         QuantizeFp8Row<Fp8E4M3Row>(row, out, d, f.tensor_scale);
       } else if (f.quant == KVQuant::kFp8E5M2) {

@@ -18,23 +18,21 @@
 #include "kernels/cuda/launch_info.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/smem_limit.cuh"
-#include "kernels/cuda/tensor_map.h"
 
 namespace pagoda::cuda {
 namespace {
 
 using namespace flash;  // the kernels (flash_kernel.cuh), their arguments and geometry
 
-// maps: the one-warp shapes' K and V tensor maps when a.tma (FlashRowsTma), else unused.
 template <typename KV, int HD, int kWarps, bool kSplit, bool kPing, bool kRows8 = false>
-void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl, const CUtensorMap (&maps)[2]) {
+void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl) {
   using Geo = Geometry<HD>;
   constexpr int kSmem = KVSmemBytes<HD, kWarps, kSplit, kPing, KV>() +
                         (kSplit ? 0 : Geo::kOutFloats * kWarps * 32 * 4) + (kWarps == 1 ? kOneWarpExtraBytes : 0);
   static uint32_t devices_done = 0;
   AllowSmem(FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing, kRows8>, kSmem, &devices_done);
   LaunchDependent(FlashAttentionKernel<KV, HD, kWarps, kSplit, kPing, kRows8>, grid, dim3(kWarps * 32), kSmem, stream,
-                  pdl, a, maps[0], maps[1]);
+                  pdl, a);
 }
 
 // The one-warp shapes take the K/V ping buffers when the grid has more blocks than the
@@ -53,38 +51,28 @@ bool UsePing(int64_t blocks) { return blocks > 3 * static_cast<int64_t>(SmCount(
 // so does head dim 64, where ptxas capped kRows8 kernels at 96 registers with 122 bytes of
 // spills.
 template <typename KV, int HD, bool kSplit>
-void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t stream, bool pdl,
-                   const CUtensorMap (&maps)[2]) {
+void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t stream, bool pdl) {
   if constexpr (!kQuantKV<KV> && HD == 128) {
     if (a.group <= 8) {
-      ping ? LaunchKernel<KV, HD, 1, kSplit, true, true>(a, grid, stream, pdl, maps)
-           : LaunchKernel<KV, HD, 1, kSplit, false, true>(a, grid, stream, pdl, maps);
+      ping ? LaunchKernel<KV, HD, 1, kSplit, true, true>(a, grid, stream, pdl)
+           : LaunchKernel<KV, HD, 1, kSplit, false, true>(a, grid, stream, pdl);
       return;
     }
   }
-  ping ? LaunchKernel<KV, HD, 1, kSplit, true>(a, grid, stream, pdl, maps)
-       : LaunchKernel<KV, HD, 1, kSplit, false>(a, grid, stream, pdl, maps);
+  ping ? LaunchKernel<KV, HD, 1, kSplit, true>(a, grid, stream, pdl)
+       : LaunchKernel<KV, HD, 1, kSplit, false>(a, grid, stream, pdl);
 }
 
-// Whether the one-warp shapes copy int8, int4 and nvfp4 K/V tiles by TMA: paged blocks of at
-// least 8 slots (a box of 8 rows keeps 128-byte boundaries; smaller blocks would need too many
-// copies a tile) and slots 16-byte apart. The bulk copies take ~50 integer instructions a
-// 16-byte piece off the warp's path (the row's slot from the block table, its 64-bit address,
-// a division by the row's pieces), which those formats' conversions leave no room for (H100,
-// 32 query / 8 KV heads, batch 64, 8K tokens: int8 804 -> 663 us, int4 742 -> 609, nvfp4 567 ->
-// 497). fp8 (its conversion light, its loop waiting on the copies, which lane 0 now issues one
-// box after another) was slower by TMA (523 -> 575 us), and so were unquantized rows as boxes
-// of 16 x 272 bytes (batch 128, 4K tokens: 779 -> 1126 us): both keep cp.async.
-// PAGODA_FLASH_TMA=0 keeps cp.async for every format (a diagnostic: the same values land).
-bool flash_rows_tma = [] {
+// Whether the one-warp shapes copy a quantized tile's runs (a paged block's rows of the KV
+// head, contiguous: kv/kv_codec.h) by bulk copies, one a run issued by its lane, instead of
+// 16-byte cp.async pieces from every lane: paged blocks of at least 8 slots (at most 8 runs a
+// tile). PAGODA_FLASH_TMA=0 keeps cp.async (a diagnostic: the same values land).
+bool flash_rows_bulk = [] {
   const char* e = std::getenv("PAGODA_FLASH_TMA");
   return e == nullptr || std::string(e) != "0";
 }();
-bool FlashRowsTma(const PagedAttentionParams& p, int64_t k_row_bytes, int64_t v_row_bytes) {
-  const KVQuant quant = p.k_format.quant;
-  return flash_rows_tma && (quant == KVQuant::kInt8 || quant == KVQuant::kInt4 || quant == KVQuant::kNvfp4) &&
-         p.block_size >= 8 && (p.num_kv_heads * k_row_bytes) % 16 == 0 &&
-         (p.num_kv_heads * v_row_bytes) % 16 == 0 && Aligned16(p.k_cache) && Aligned16(p.v_cache);
+bool FlashRowsBulk(const PagedAttentionParams& p) {
+  return flash_rows_bulk && p.k_format.quant != KVQuant::kNone && p.block_size >= 8;
 }
 
 template <typename KV, int HD>
@@ -106,33 +94,16 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
   a.k_scale_group = static_cast<int>(std::min<int64_t>(p.k_format.group, HD));
   a.v_scale_group = static_cast<int>(std::min<int64_t>(p.v_format.group, HD));
   a.v_global = p.v_format.tensor_scale > 0.0f ? p.v_format.tensor_scale : 1.0f;
-  a.tma = 0;
+  a.bulk = 0;
   const unsigned kv = static_cast<unsigned>(p.num_kv_heads);
-  // The one-warp shapes' tensor maps over quantized caches: a slot's rows of every KV head as
-  // one row of bytes, boxes of a paged block's slots x the raw row pitch.
-  CUtensorMap maps[2] = {};
-  auto one_warp_maps = [&] {
-    if constexpr (kQuantKV<KV>) {
-      if (!FlashRowsTma(p, a.k_row_bytes, a.v_row_bytes)) return;
-      constexpr int kPitch = RawGeometry<typename KVKind<KV>::Row, HD>::kRowBytes;
-      const int box_rows = static_cast<int>(std::min<int64_t>(p.block_size, kKeyTile));
-      const void* bases[2] = {p.k_cache, p.v_cache};
-      const int64_t row_bytes[2] = {a.k_row_bytes, a.v_row_bytes};
-      for (int i = 0; i < 2; ++i) {
-        const int64_t slot = p.num_kv_heads * row_bytes[i];
-        maps[i] = PitchedRowsTensorMap(bases[i], INT32_MAX, slot, slot, kPitch, box_rows);
-      }
-      a.tma = 1;
-    }
-  };
   switch (shape) {
     case FlashShape::kSplit: {
       const int depth = FlashSplitDepth(max_keys);
       a.tokens_per_warp = 1;
       const dim3 grid(static_cast<unsigned>(p.num_tokens), kv, static_cast<unsigned>(depth));
       const bool ping = UsePing(p.num_tokens * p.num_kv_heads * depth);
-      one_warp_maps();
-      LaunchOneWarp<KV, HD, true>(a, grid, ping, stream, pdl, maps);
+      a.bulk = FlashRowsBulk(p) ? 1 : 0;
+      LaunchOneWarp<KV, HD, true>(a, grid, ping, stream, pdl);
       if (depth > 1) {
         LaunchDependent(FlashMergeKernel<HD>, dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)),
                         dim3(HD), 0, stream, pdl, p, scratch, a.out_bf16);
@@ -143,8 +114,8 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
       a.tokens_per_warp = 1;
       const bool ping = UsePing(p.num_tokens * p.num_kv_heads);
       const dim3 grid(static_cast<unsigned>(p.num_tokens), kv);
-      one_warp_maps();
-      LaunchOneWarp<KV, HD, false>(a, grid, ping, stream, pdl, maps);
+      a.bulk = FlashRowsBulk(p) ? 1 : 0;
+      LaunchOneWarp<KV, HD, false>(a, grid, ping, stream, pdl);
       return;
     }
     case FlashShape::kWide:
@@ -155,7 +126,7 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
           return;
         }
       }
-      LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl, maps);
+      LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
       return;
   }
 }
@@ -175,7 +146,7 @@ bool IntRegsServe(const PagedAttentionParams& p) {
 
 }  // namespace
 
-void SetFlashRowsTma(bool on) { flash_rows_tma = on; }
+void SetFlashRowsBulk(bool on) { flash_rows_bulk = on; }
 
 void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
                     int64_t num_items, float* scratch, cudaStream_t stream, uint16_t* out_bf16, bool pdl) {

@@ -97,12 +97,11 @@ void SetFlashWgmma(FlashWgmma mode);
 void WgmmaTileProductsForTest(const float* q, const float* k, const float* v, const float* p, float* s, float* o,
                               int head_dim, bool f16, cudaStream_t stream);
 
-// The one-warp (decode) shapes copy each int8, int4 or nvfp4 K/V tile by TMA, a box per paged
-// block, where blocks have at least 8 slots and a slot's rows are 16-byte multiples; else (and
-// for fp8 and unquantized caches, where it measured slower) by cp.async, every lane 16-byte
-// pieces. The same values land either way.
-// PAGODA_FLASH_TMA=0 sets cp.async at start; SetFlashRowsTma(false) too (a test compares them).
-void SetFlashRowsTma(bool on);
+// The one-warp (decode) shapes copy a quantized K/V tile's runs (a paged block's rows of the KV
+// head, contiguous in head-major blocks) by bulk copies, one a run, where blocks have at least 8
+// slots; else by cp.async, every lane 16-byte pieces. The same values land either way.
+// PAGODA_FLASH_TMA=0 sets cp.async at start; SetFlashRowsBulk(false) too (a test compares them).
+void SetFlashRowsBulk(bool on);
 
 enum class FlashShape { kSplit, kNarrow, kWide };
 // The launch shape for a step of `num_tokens` tokens in `num_seqs` sequences.

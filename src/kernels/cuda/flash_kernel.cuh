@@ -51,16 +51,17 @@ constexpr int kOneWarpExtraBytes = 128 + 2 * 8;
 
 // kRows8: the warp's rows 8-15 are padding (one token a warp, at most 8 query heads a KV head:
 // decode), so they are not computed (flash_tile.cuh); the same bits for rows 0-7.
-// The one-warp shapes with a.tma copy each tile's rows by TMA (k_map, v_map: the caches as rows
-// of one KV head, in boxes of a paged block's slots (at most 64) x the tile's row pitch): lane 0
-// issues a tile's boxes, completing on the buffer's mbarrier; blocks outside the keys [lo, hi]
-// come from a negative row, zeros (the caches are zeroed at allocation: the slots of a partly
-// used block that no token wrote are read and masked). Else every lane copies 16-byte pieces
-// by cp.async. The same values land either way.
+// Quantized caches: a tile's rows of the KV head are runs, one a paged block (at most 64 rows),
+// contiguous in the cache (head-major blocks, kv/kv_codec.h) and in the raw tile. The one-warp
+// shapes with a.bulk copy each run by one bulk copy (lane e issuing run e), completing on the
+// buffer's mbarrier; runs outside the keys [lo, hi] are not copied (the buffers start zeroed and
+// then hold other rows of the cache, masked like them). Else every thread copies 16-byte pieces
+// by cp.async, zeros for the runs outside [lo, hi]. Rows of a copied run outside [lo, hi] are
+// read and masked (P = 0, and AddRawValues takes no scale from them); the caches are zeroed at
+// allocation, so they are finite.
 template <typename KV, int HD, int kWarps, bool kSplit, bool kPing, bool kRows8>
 __global__ void __launch_bounds__(kWarps * 32)
-    FlashAttentionKernel(const __grid_constant__ KernelArgs a, const __grid_constant__ CUtensorMap k_map,
-                         const __grid_constant__ CUtensorMap v_map) {
+    FlashAttentionKernel(const __grid_constant__ KernelArgs a) {
   using Geo = Geometry<HD>;
   using Row = typename KVKind<KV>::Row;
   constexpr bool kKRegs = KVKind<KV>::kKRegs;
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ __align__(16) uint8_t smem_raw[];
   // The one-warp shapes' tiles from a 128-byte boundary (their bulk copies' destinations).
   uint8_t* smem = kOneWarp ? smem_raw + ((128 - (SmemAddr(smem_raw) & 127)) & 127) : smem_raw;
-  const bool tma = kOneWarp && kQuant && !kFp8Row<Row> && a.tma != 0;  // FlashRowsTma's formats
+  const bool bulk = kOneWarp && kQuant && a.bulk != 0;  // FlashRowsBulk's formats and blocks
   AllowDependentLaunch();  // the merge (or the o GEMM) after it waits for its end
   const PagedAttentionParams& p = a.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
@@ -172,52 +173,46 @@ __global__ void __launch_bounds__(kWarps * 32)
       if constexpr (kV) CpAsync16(SmemAddr(vs + r * Geo::kRowBytes + c * 16), v_base + slot * v_slot_bytes + c * 16, ok);
     }
   };
-  // Quantized caches: tile j's raw K or V rows (RawGeometry) to `dst`, each row's 16-byte pieces
-  // from the one holding its first byte to the one holding its last (a piece never straddles
-  // the end of the cache's memory).
+  // Quantized caches: tile j's raw K or V rows (RawGeometry) to `dst`, rows of `row_bytes`.
+  // Lane e < boxes of a warp holds run e's first row in the cache's rows (tile_rows, read a tile
+  // ahead of the copies; -1: outside [lo, hi]).
   using Raw = RawGeometry<Row, HD>;
-  auto load_raw = [&](uint8_t* dst, const char* base, int64_t slot_bytes, int row_bytes, int j) {
-    const int key0 = j * kKeyTile;
-#pragma unroll 4
-    for (int i = tid; i < kKeyTile * Raw::kChunks; i += kThreads) {
-      const int r = i / Raw::kChunks, c = i % Raw::kChunks;
-      const int key = key0 + r;
-      const bool ok = key >= lo && key <= hi;
-      const int64_t slot = ok ? static_cast<int64_t>(table[key >> bs_shift]) * p.block_size + (key & bs_mask) : 0;
-      const char* row = base + slot * slot_bytes;
-      const int off = static_cast<int>(reinterpret_cast<uintptr_t>(row) & 15);
-      CpAsync16(SmemAddr(dst + r * Raw::kRowBytes + c * 16), row - off + c * 16, ok && c * 16 < off + row_bytes);
-      if (c == 0) dst[kKeyTile * Raw::kRowBytes + r] = static_cast<uint8_t>(off);
-    }
-  };
-  auto load_raw_k = [&](uint8_t* dst, int j) { load_raw(dst, k_base, k_slot_bytes, k_row_bytes, j); };
-  auto load_raw_v = [&](uint8_t* dst, int j) { load_raw(dst, v_base, v_slot_bytes, v_row_bytes, j); };
-  // TMA (tma): a tile's raw rows at their pitch, each box from the 16-byte boundary at or before
-  // the KV head's row (a box's first column must be 16-byte aligned), so every row starts
-  // k_off / v_off bytes into its raw row, as cp.async lands it. Barrier b (ping buffers: 0 K,
-  // 1 V; else stage b) sits past the tiles and the merged O.
-  constexpr int kPitch = Raw::kRowBytes;
-  const int k_col = kvh * k_row_bytes & ~15, v_col = kvh * v_row_bytes & ~15;
-  const int k_off = kvh * k_row_bytes & 15, v_off = kvh * v_row_bytes & 15;
-  const uint32_t tma_bars = SmemAddr(smem + kKVBytes + (kSplit ? 0 : Geo::kOutFloats * kThreads * 4));
   const int box = min(static_cast<int>(p.block_size), kKeyTile), boxes = kKeyTile / box;
-  // Lane e < boxes: the row of tile j's box e (a paged block, or 64 slots of a larger one; out
-  // of [lo, hi]: a negative row, zeros). The lanes read their table entries at once, a tile
-  // ahead of its copies, so the reads' latency stays off the copies' path.
   auto tile_rows = [&](int j) {
     const int key0 = j * kKeyTile + lane * box;
     return lane < boxes && key0 + box - 1 >= lo && key0 <= hi
-               ? table[key0 >> bs_shift] * static_cast<int>(p.block_size) + (key0 & bs_mask)
-               : -box;
+               ? (table[key0 >> bs_shift] * static_cast<int>(p.num_kv_heads) + kvh) * static_cast<int>(p.block_size) +
+                     (key0 & bs_mask)
+               : -1;
   };
-  // The warp: a tile's boxes (their rows `at`, from tile_rows) into dst, lane 0 issuing the
-  // copies.
-  auto tma_tile = [&](uint8_t* dst, const CUtensorMap& map, int col, int at, uint32_t bar) {
-    for (int i = 0; i < boxes; ++i) {
-      const int row = __shfl_sync(0xffffffffu, at, i);
-      if (lane == 0) TmaLoad2D(SmemAddr(dst + i * box * kPitch), map, col, row, bar);
+  // Every thread: the runs' 16-byte pieces by cp.async (a warp-uniform trip count: the lanes
+  // take each run's first row from its lane).
+  auto load_raw = [&](uint8_t* dst, const void* cache, int row_bytes, int at) {
+    const int pieces = box * row_bytes / 16, total = boxes * pieces;
+    int e = tid / pieces, c = tid % pieces;
+    for (int i0 = 0; i0 < total; i0 += kThreads) {
+      const int run = __shfl_sync(0xffffffffu, at, min(e, boxes - 1));
+      const char* src = static_cast<const char*>(cache) + (run >= 0 ? static_cast<int64_t>(run) * row_bytes + c * 16 : 0);
+      if (i0 + tid < total) CpAsync16(SmemAddr(dst + e * box * row_bytes + c * 16), src, run >= 0);
+      c += kThreads;
+      while (c >= pieces) c -= pieces, ++e;
     }
   };
+  // A tile's K and V runs at `at` by bulk copies, lane e issuing run e, on barrier `bar` (lane
+  // 0 arms it with the bytes of the runs copied).
+  const uint32_t tma_bars = SmemAddr(smem + kKVBytes + (kSplit ? 0 : Geo::kOutFloats * kThreads * 4));
+  auto bulk_tile = [&](uint8_t* k_dst, uint8_t* v_dst, int at, uint32_t bar) {
+    const int k_run = box * a.k_row_bytes, v_run = box * a.v_row_bytes;
+    const int copied = __popc(__ballot_sync(0xffffffffu, at >= 0));
+    if (lane == 0) MbarrierArriveExpectTx(bar, copied * ((k_dst ? k_run : 0) + (v_dst ? v_run : 0)));
+    __syncwarp();
+    if (at >= 0) {
+      if (k_dst) BulkLoad(SmemAddr(k_dst + lane * k_run), static_cast<const char*>(p.k_cache) + static_cast<int64_t>(at) * a.k_row_bytes, k_run, bar);
+      if (v_dst) BulkLoad(SmemAddr(v_dst + lane * v_run), static_cast<const char*>(p.v_cache) + static_cast<int64_t>(at) * a.v_row_bytes, v_run, bar);
+    }
+  };
+  auto load_raw_k = [&](uint8_t* dst, int at) { load_raw(dst, p.k_cache, a.k_row_bytes, at); };
+  auto load_raw_v = [&](uint8_t* dst, int at) { load_raw(dst, p.v_cache, a.v_row_bytes, at); };
   // Tile j's K or V alone (the ping buffers).
   auto load_k = [&](uint8_t* ks, int j) { load_rows.template operator()<true, false>(ks, nullptr, j); };
   auto load_v = [&](uint8_t* vs, int j) { load_rows.template operator()<false, true>(nullptr, vs, j); };
@@ -232,12 +227,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   State<HD> st;
   st.Reset(0);
   st.Reset(1);
-  int vexp = 0;  // K and V in registers: the accumulators hold O x 2^vexp (AddRawValues)
+  int vexp = 0;  // fp8 in registers: the accumulators hold O x 2^vexp (AddRawValues)
   // O's value at accumulator (dt, i).
   auto o_val = [&](int dt, int i) {
     if constexpr (kFp4Row<Row>) {  // V's values without the tensor scale
       return __fmul_rn(st.acc[dt][i], a.v_global);
-    } else if constexpr (kKRegs) {
+    } else if constexpr (kFp8Row<Row>) {  // the accumulators hold O x 2^vexp (AddRawValues)
       return __fmul_rn(st.acc[dt][i], OScale(vexp));
     } else {
       return st.acc[dt][i];
@@ -292,14 +287,11 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   };
-  // TMA: the raw tiles' row offsets (the same for every row of a head), and lane 0 initializes
-  // the barriers.
-  auto init_tma = [&]<size_t N>(uint8_t* const (&k_tiles)[N], uint8_t* const (&v_tiles)[N]) {
-#pragma unroll
-    for (size_t i = 0; i < N; ++i) {
-      reinterpret_cast<uint16_t*>(k_tiles[i] + kKeyTile * Raw::kRowBytes)[lane] = static_cast<uint16_t>(k_off * 0x101);
-      reinterpret_cast<uint16_t*>(v_tiles[i] + kKeyTile * Raw::kRowBytes)[lane] = static_cast<uint16_t>(v_off * 0x101);
-    }
+  // Bulk copies: the raw tiles zeroed (rows no copy reaches are read and masked: they must be
+  // finite), ordered before the copies' writes, and lane 0 initializes the barriers.
+  auto init_bulk = [&](uint8_t* tiles, int bytes) {
+    for (int i = lane; i < bytes / 16; i += 32) reinterpret_cast<uint4*>(tiles)[i] = make_uint4(0, 0, 0, 0);
+    FenceProxyAsyncShared();
     if (lane == 0) {
       MbarrierInit(tma_bars, 1);
       MbarrierInit(tma_bars + 8, 1);
@@ -314,32 +306,30 @@ __global__ void __launch_bounds__(kWarps * 32)
     uint8_t* kb = smem;
     uint8_t* vb = smem + (kQuant ? Raw::kTileBytes : Geo::kTileBytes);
     uint8_t* tile = smem + 2 * Raw::kTileBytes;
-    if (tma) init_tma({kb}, {vb});
+    if (bulk) init_bulk(kb, 2 * Raw::kTileBytes);
     uint32_t k_phase = 0, v_phase = 0;
-    // TMA: at (tile_rows) for the tile being loaded.
+    // Quantized caches: at (tile_rows) for the tile being loaded.
     auto load_kb = [&](int j, int at) {
-      if (tma) {
-        if (lane == 0) MbarrierArriveExpectTx(tma_bars, kKeyTile * kPitch);
-        tma_tile(kb, k_map, k_col, at, tma_bars);
+      if (bulk) {
+        bulk_tile(kb, nullptr, at, tma_bars);
       } else if constexpr (kQuant) {
-        load_raw_k(kb, j);
+        load_raw_k(kb, at);
       } else {
         load_k(kb, j);
       }
     };
     auto load_vb = [&](int j, int at) {
-      if (tma) {
-        if (lane == 0) MbarrierArriveExpectTx(tma_bars + 8, kKeyTile * kPitch);
-        tma_tile(vb, v_map, v_col, at, tma_bars + 8);
+      if (bulk) {
+        bulk_tile(nullptr, vb, at, tma_bars + 8);
       } else if constexpr (kQuant) {
-        load_raw_v(vb, j);
+        load_raw_v(vb, at);
       } else {
         load_v(vb, j);
       }
     };
     // K (V) of tile j landed (cp.async: V of tile j, K of tile j + 1 may still be in flight).
     auto wait_kb = [&] {
-      if (tma) {
+      if (bulk) {
         MbarrierWait(tma_bars, k_phase);
         k_phase ^= 1;
       } else {
@@ -347,20 +337,20 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     };
     auto wait_vb = [&] {
-      if (tma) {
+      if (bulk) {
         MbarrierWait(tma_bars + 8, v_phase);
         v_phase ^= 1;
       } else {
         CpAsyncWait<1>();
       }
     };
-    int boxes_at = tma ? tile_rows(tile_lo) : 0;
+    int boxes_at = kQuant ? tile_rows(tile_lo) : 0;
     load_kb(tile_lo, boxes_at);
     CpAsyncCommit();
     load_vb(tile_lo, boxes_at);
     CpAsyncCommit();
     for (int j = tile_lo; j <= tile_hi; ++j) {
-      if (tma && j < tile_hi) boxes_at = tile_rows(j + 1);
+      if (kQuant && j < tile_hi) boxes_at = tile_rows(j + 1);
       const int tile_start = j * kKeyTile;
       const bool active = tile_start <= w_hi && tile_start + kKeyTile - 1 >= w_lo;
       const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
@@ -368,9 +358,12 @@ __global__ void __launch_bounds__(kWarps * 32)
       wait_kb();  // K of tile j (V of tile j may still be in flight)
       barrier();
       if constexpr (kKRegs) {
-        if (active) ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{kb, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
+        if (active) {
+          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{kb, a.k_scale_group, nullptr, a.k_row_bytes}, tile_start, qf, rows,
+                                        a.scale_log2, mask, st, s);
+        }
       } else if constexpr (kQuant) {
-        DequantizeTile<Row, HD, kThreads>(kb, tile, a.k_scale_group);
+        DequantizeTile<Row, HD, kThreads>(kb, a.k_row_bytes, tile, a.k_scale_group);
       } else {
         if (active) ScoreTile<T, HD, kRows8>(kb, tile_start, qf, rows, a.scale_log2, mask, st, s);
       }
@@ -383,7 +376,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       wait_vb();  // V of tile j
       barrier();  // (and the scores have read the tile)
       if constexpr (kQuant && !kKRegs) {
-        DequantizeTile<Row, HD, kThreads>(vb, tile, a.v_scale_group);
+        DequantizeTile<Row, HD, kThreads>(vb, a.v_row_bytes, tile, a.v_scale_group);
         barrier();
         if (j < tile_hi) load_vb(j + 1, boxes_at);
         CpAsyncCommit();
@@ -391,7 +384,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         barrier();
       } else {
         if constexpr (kKRegs) {
-          if (active) AddRawValues<Row, HD>(vb, s, st, vexp, a.v_scale_group);
+          if (active) AddRawValues<Row, HD>(vb, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp, a.v_scale_group);
         } else {
           if (active) AddValues<T, HD, kRows8>(vb, s, st);
         }
@@ -409,30 +402,27 @@ __global__ void __launch_bounds__(kWarps * 32)
     uint8_t* kt = smem + 2 * kStage;
     uint8_t* vt = kt + Geo::kTileBytes;
     constexpr int kVOffset = kQuant ? Raw::kTileBytes : Geo::kTileBytes;
-    if (tma) init_tma({smem, smem + kStage}, {smem + kVOffset, smem + kStage + kVOffset});
-    // TMA: at (tile_rows) for tile j.
+    if (bulk) init_bulk(smem, 2 * kStage);
+    // Quantized caches: at (tile_rows) for tile j.
     auto load_stage = [&](int stage, int j, int at) {
       uint8_t* r = smem + stage * kStage;
-      if (tma) {
-        const uint32_t bar = tma_bars + 8 * stage;
-        if (lane == 0) MbarrierArriveExpectTx(bar, 2 * kKeyTile * kPitch);
-        tma_tile(r, k_map, k_col, at, bar);
-        tma_tile(r + kVOffset, v_map, v_col, at, bar);
+      if (bulk) {
+        bulk_tile(r, r + kVOffset, at, tma_bars + 8 * stage);
       } else if constexpr (kQuant) {
-        load_raw_k(r, j);
-        load_raw_v(r + Raw::kTileBytes, j);
+        load_raw_k(r, at);
+        load_raw_v(r + Raw::kTileBytes, at);
       } else {
         load_rows.template operator()<true, true>(r, r + Geo::kTileBytes, j);
       }
     };
-    load_stage(0, tile_lo, tma ? tile_rows(tile_lo) : 0);
+    load_stage(0, tile_lo, kQuant ? tile_rows(tile_lo) : 0);
     CpAsyncCommit();
-    int boxes_at = tma && tile_lo < tile_hi ? tile_rows(tile_lo + 1) : 0;
+    int boxes_at = kQuant && tile_lo < tile_hi ? tile_rows(tile_lo + 1) : 0;
     for (int j = tile_lo; j <= tile_hi; ++j) {
       if (j < tile_hi) load_stage((j + 1 - tile_lo) & 1, j + 1, boxes_at);
-      if (tma && j + 1 < tile_hi) boxes_at = tile_rows(j + 2);
+      if (kQuant && j + 1 < tile_hi) boxes_at = tile_rows(j + 2);
       CpAsyncCommit();
-      if (tma) {
+      if (bulk) {
         MbarrierWait(tma_bars + 8 * ((j - tile_lo) & 1), ((j - tile_lo) >> 1) & 1);
       } else {
         CpAsyncWait<1>();
@@ -440,12 +430,13 @@ __global__ void __launch_bounds__(kWarps * 32)
       barrier();
       if constexpr (kQuant && !kKRegs) {
         const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
-        DequantizeTile<Row, HD, kThreads>(r, kt, a.k_scale_group);
-        DequantizeTile<Row, HD, kThreads>(r + Raw::kTileBytes, vt, a.v_scale_group);
+        DequantizeTile<Row, HD, kThreads>(r, a.k_row_bytes, kt, a.k_scale_group);
+        DequantizeTile<Row, HD, kThreads>(r + Raw::kTileBytes, a.v_row_bytes, vt, a.v_scale_group);
         barrier();
       } else if constexpr (kFragTiles) {
         const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
-        BuildFragments<Row, HD, kWarps>(r, r + Raw::kTileBytes, a.k_scale_group, kt, vt);
+        BuildFragments<Row, HD, kWarps>(r, r + Raw::kTileBytes, a.k_scale_group, a.v_scale_group, a.k_row_bytes,
+                                         a.v_row_bytes, kt, vt);
         barrier();
       }
       const int tile_start = j * kKeyTile;
@@ -454,13 +445,16 @@ __global__ void __launch_bounds__(kWarps * 32)
         const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
         if constexpr (kFragTiles) {
           float s[8][4];
-          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD, true>{ks, a.k_scale_group, kt}, tile_start, qf, rows, a.scale_log2, mask,
-                                st, s);
-          AddRawValues<Row, HD, true>(ks + Raw::kTileBytes, s, st, vexp, a.v_scale_group, vt);
+          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD, true>{ks, a.k_scale_group, kt, a.k_row_bytes}, tile_start, qf, rows,
+                                        a.scale_log2, mask, st, s);
+          AddRawValues<Row, HD, true>(ks + Raw::kTileBytes, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp,
+                                      a.v_scale_group, vt);
         } else if constexpr (kKRegs) {
           float s[8][4];
-          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{ks, a.k_scale_group}, tile_start, qf, rows, a.scale_log2, mask, st, s);
-          AddRawValues<Row, HD>(ks + Raw::kTileBytes, s, st, vexp, a.v_scale_group);
+          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{ks, a.k_scale_group, nullptr, a.k_row_bytes}, tile_start, qf, rows,
+                                        a.scale_log2, mask, st, s);
+          AddRawValues<Row, HD>(ks + Raw::kTileBytes, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp,
+                                a.v_scale_group);
         } else if constexpr (kQuant) {
           float s[8][4];
           ScoreTile<T, HD, kRows8>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);

@@ -29,7 +29,7 @@ struct KernelArgs {
   int k_row_bytes, v_row_bytes;  // a (token, KV head) row of the cache
   int k_scale_group, v_scale_group;  // int8, int4: values per scale
   float v_global;                    // nvfp4: V's tensor scale (1 when the format's is 0)
-  int tma;  // the one-warp shapes: K/V tiles by bulk tensor copies (FlashRowsTma), else cp.async
+  int bulk;  // the one-warp shapes over quantized caches: K/V runs by bulk copies (FlashRowsBulk), else cp.async
 };
 
 __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int pos) {

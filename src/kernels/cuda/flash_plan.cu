@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/flash_kernel_args.cuh"
+#include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/launch_info.h"
 
 namespace pagoda::cuda {
@@ -40,6 +41,15 @@ bool FlashAttentionSupports(const PagedAttentionParams& p) {
   if (quant != KVQuant::kNone && (!Aligned16(p.k_cache) || !Aligned16(p.v_cache))) return false;
   if (p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 || p.num_heads / p.num_kv_heads > 16) return false;
   if (p.block_size <= 0 || (p.block_size & (p.block_size - 1)) != 0) return false;
+  if (quant != KVQuant::kNone) {
+    // A tile's runs (a paged block's rows of the KV head, at most 64) start 16-byte aligned and
+    // are whole 16-byte pieces, at most 32 a tile (one a lane).
+    if (p.block_size < 2) return false;
+    for (const KVArrayFormat* f : {&p.k_format, &p.v_format}) {
+      if (f->block_size != p.block_size || f->num_heads != p.num_kv_heads) return false;
+      if (std::min<int64_t>(p.block_size, 64) * DeviceKVRowBytes(*f) % 16 != 0) return false;
+    }
+  }
   return p.num_tokens <= 2147483647 && p.num_kv_heads <= 65535;
 }
 

@@ -17,20 +17,20 @@
 namespace pagoda::cuda::flash {
 
 // Quantized caches (fp8 e4m3/e5m2: d codes then an f32 scale; int8: d codes, int4: d / 2 bytes
-// of nibbles, then f16 scales, one per group of 8k values dividing d): a row lands raw, as whole
-// 16-byte pieces from the one holding its first byte (rows need not start 16-byte aligned: 132
-// bytes for fp8 at d 128), in raw rows of RawGeometry::kRowBytes; the tile's 64 offsets of each
-// row's first byte in its raw row follow.
-//   In registers (Fp8KRegs; IntRegs for int8/int4 with groups of 32k values): K's B fragments are
-//         converted from the raw tile (codes to exact f16 values, Q rounded to f16; fp8's row
-//         scale multiplies a key's scores, int8/int4 sum Q K^T a group at a time and add each
-//         group's sum times its scale in f32: RawFp8K, RawIntK), and V's too (AddRawValues: codes
-//         to f16, exact), each key's scale (times the tile's power of two) multiplying P before
-//         P is rounded to f16. No bf16 tile: the raw K and V buffers are all the shared memory a
-//         warp needs.
-//   nvfp4 in registers (Fp4Regs): each E2M1 value times its group's e4m3 scale in f16 (exact:
-//         RawFp4K, RawValueFragments), so neither product needs group sums or scaled P; the
-//         tensor scales fold into the softmax scale (K) and the output (V).
+// of nibbles, then f16 scales, one per group of 8k values dividing d): a block's rows are
+// head-major (kv/kv_codec.h), so a tile's rows of one KV head are runs of consecutive rows, one
+// a paged block (at most 64 rows), each starting 16-byte aligned (FlashAttentionSupports); they
+// land as they lie, row r of a raw tile at r x the row's bytes (RawRow: 132 for fp8 at d 128).
+//   In registers (Fp8KRegs; IntRegs for int8/int4 with groups of 32k values; Fp4Regs for
+//         nvfp4): K's and V's B fragments are converted from the raw tile, no bf16 tile (the raw
+//         K and V buffers are all the shared memory a warp needs). fp8: codes to exact f16
+//         values, a key's row scale multiplying its scores (RawFp8K) and, times the tile's power
+//         of two, P before P is rounded to f16 (AddRawValues). int8/int4: codes to exact f16
+//         values times their group's f16 scale, one rounding in f16 (RawIntK,
+//         RawValueFragments). nvfp4: each E2M1 value times its group's e4m3 scale in f16
+//         (exact: RawFp4K, RawValueFragments); the tensor scales fold into the softmax scale
+//         (K) and the output (V). Q is rounded to f16; the products need no group sums and,
+//         but for fp8, no scaled P.
 //   Other int8/int4 groups: the tile is dequantized into bf16 rows (DequantizeTile; Geometry:
 //         code x scale in f32, as the CPU codec dequantizes, rounded to bf16) and the products
 //         run as for a bf16 cache.
@@ -119,25 +119,18 @@ template <typename KV>
 using MmaType = std::conditional_t<kQuantKV<KV>, __nv_bfloat16, KV>;
 template <typename KV, int HD>
 struct RawGeometry {
-  // The largest row (int8 with groups of 8: d / 4 bytes of scales) plus the most a row can start
-  // past a 16-byte boundary (nvfp4: rounded up to whole 16-byte pieces).
-  static constexpr int kRowBytes = std::is_same_v<KV, Int8Row>    ? HD + HD / 4 + 16
-                                   : std::is_same_v<KV, Int4Row>  ? HD / 2 + HD / 4 + 16
-                                   : std::is_same_v<KV, Nvfp4Row> ? (HD / 2 + HD / 16 + 15 + 15) / 16 * 16
-                                                                  : HD + 16;
-  static constexpr int kChunks = kRowBytes / 16;
-  // Rows, then their offsets, rounded up to 128 bytes: the one-warp shapes' bulk tensor copies
-  // write each tile at a 128-byte boundary.
-  static constexpr int kTileBytes = (kKeyTile * kRowBytes + kKeyTile + 127) / 128 * 128;
-  static_assert(kRowBytes % 16 == 0, "8 rows (the smallest box of a copy) keep 128-byte boundaries");
+  // The largest row: int8 with groups of 8 (d / 4 bytes of scales), fp8's f32 scale.
+  static constexpr int kMaxRowBytes = std::is_same_v<KV, Int8Row>    ? HD + HD / 4
+                                      : std::is_same_v<KV, Int4Row>  ? HD / 2 + HD / 4
+                                      : std::is_same_v<KV, Nvfp4Row> ? HD / 2 + HD / 16
+                                                                     : HD + 4;
+  // A tile's rows rounded up to 128 bytes: the one-warp shapes put each tile at a 128-byte
+  // boundary.
+  static constexpr int kTileBytes = (kKeyTile * kMaxRowBytes + 127) / 128 * 128;
 };
 
-// Row r of a raw tile: its first byte, past the offset stored after the rows.
-template <typename Tag, int HD>
-__device__ __forceinline__ const uint8_t* RawRow(const uint8_t* raw, int r) {
-  using Raw = RawGeometry<Tag, HD>;
-  return raw + r * Raw::kRowBytes + raw[kKeyTile * Raw::kRowBytes + r];
-}
+// Row r of a raw tile of rows of `pitch` bytes (the format's row bytes).
+__device__ __forceinline__ const uint8_t* RawRow(const uint8_t* raw, int r, int pitch) { return raw + r * pitch; }
 
 // The head-dim column of k-step kk's columns 2q + i (i = 0, 1) and 2q + 8 + (i - 2) (i = 2, 3)
 // for K read in registers: 32 (kk / 2) + 8q + 4 (kk % 2) + i, so a thread's four are adjacent
@@ -177,7 +170,7 @@ __device__ __forceinline__ void FragVLoad(const uint8_t* frags, int kk, int c, u
 template <typename Tag, int HD, bool kTile = false>
 struct RawFp8K {
   const uint8_t* raw;
-  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
+  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow(raw, r, pitch); }
   __device__ __forceinline__ static uint32_t Cvt(uint16_t codes) {
     constexpr __nv_fp8_interpretation_t kInterp = std::is_same_v<Tag, Fp8E4M3Row> ? __NV_E4M3 : __NV_E5M2;
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), kInterp);
@@ -188,67 +181,48 @@ struct RawFp8K {
   __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
     if constexpr (kTile) return FragKLoad<HD>(frags, n, kk, b);
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const uint32_t w = *reinterpret_cast<const uint32_t*>(Row(n * 8 + g) + QKColumn(kk, q, 0));
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(Row(TileKey<true>(n, g)) + QKColumn(kk, q, 0));
     b[0] = Cvt(static_cast<uint16_t>(w & 0xffff));
     b[1] = Cvt(static_cast<uint16_t>(w >> 16));
   }
   __device__ __forceinline__ float Scale(float x, int n, int j) const {
-    return __fmul_rn(x, *reinterpret_cast<const float*>(Row(n * 8 + 2 * (threadIdx.x & 3) + j) + HD));
+    return __fmul_rn(x, *reinterpret_cast<const float*>(Row(TileKey<true>(n, 2 * (threadIdx.x & 3) + j)) + HD));
   }
-  static constexpr bool kGrouped = false;
+  static constexpr bool kSpread = true;  // TileKey's spread keys: rows of 33 words
   int group;             // unused (one scale a row)
   const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
+  int pitch;             // the raw rows' bytes
 };
 
-// K's scores from a raw int8 or int4 tile (QKColumn's order, as fp8): the codes to exact f16
-// pairs, Q K^T summed a scale group at a time (groups of 32k values: 2k k-steps) and each group's
-// sum times its f16 scale added in f32 (kGrouped: Scores replaces Load and Scale).
+// K's B fragments from a raw int8 or int4 tile (QKColumn's order, as fp8): a thread's four
+// columns of a k-step lie in one scale group (groups of 32k values), so each code, exact in f16,
+// is multiplied by its group's f16 scale in f16 (one rounding, 2^-11 relative: finer than the
+// bf16 tiles other groups take), and Q K^T needs no group sums.
 template <typename Tag, int HD, bool kTile = false>
 struct RawIntK {
   const uint8_t* raw;
   int group;
   const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
-  static constexpr bool kGrouped = true;
-  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
+  int pitch;             // the raw rows' bytes
+  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow(raw, r, pitch); }
   __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
     if constexpr (kTile) return FragKLoad<HD>(frags, n, kk, b);
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const uint8_t* row = Row(n * 8 + g);
+    const int col = QKColumn(kk, q, 0);
+    const uint32_t sc = *reinterpret_cast<const uint16_t*>(row + kCodeBytes<Tag, HD> + 2 * (col / group));
+    const uint32_t s2 = sc | sc << 16;
     if constexpr (std::is_same_v<Tag, Int8Row>) {  // rows 4-byte aligned (IntRegsServe)
-      const uint32_t u = *reinterpret_cast<const uint32_t*>(row + QKColumn(kk, q, 0)) ^ 0x80808080u;
-      b[0] = Int8Pair(u, 0x4140);
-      b[1] = Int8Pair(u, 0x4342);
+      const uint32_t u = *reinterpret_cast<const uint32_t*>(row + col) ^ 0x80808080u;
+      b[0] = HMul2(Int8Pair(u, 0x4140), s2);
+      b[1] = HMul2(Int8Pair(u, 0x4342), s2);
     } else {  // two bytes: columns c, c + 1 and c + 2, c + 3 (low nibble first)
-      const uint32_t w = *reinterpret_cast<const uint16_t*>(row + QKColumn(kk, q, 0) / 2);
-      b[0] = Int4Byte(__byte_perm(w, 0, 0x4040));  // byte 0 in both halves
-      b[1] = Int4Byte(__byte_perm(w, 0, 0x4141));  // byte 1
+      const uint32_t w = *reinterpret_cast<const uint16_t*>(row + col / 2);
+      b[0] = HMul2(Int4Byte(__byte_perm(w, 0, 0x4040)), s2);  // byte 0 in both halves
+      b[1] = HMul2(Int4Byte(__byte_perm(w, 0, 0x4141)), s2);  // byte 1
     }
   }
-  __device__ __forceinline__ float Scale(float x, int, int) const { return x; }  // Scores scaled it
-  template <typename T>
-  __device__ __forceinline__ void Scores(const uint32_t (&qf)[HD / 16][4], float (&s)[8][4]) const {
-    const int q = threadIdx.x & 3, steps = group / 16;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const uint8_t* srow[2] = {Row(n * 8 + 2 * q) + kCodeBytes<Tag, HD>, Row(n * 8 + 2 * q + 1) + kCodeBytes<Tag, HD>};
-      float part[4];
-#pragma unroll
-      for (int kk = 0; kk < HD / 16; ++kk) {
-        if (kk % steps == 0) part[0] = part[1] = part[2] = part[3] = 0.0f;
-        uint32_t b[2];
-        Load(n, kk, b);
-        Mma<T>(part, qf[kk], b);
-        if ((kk + 1) % steps == 0) {
-          const int gi = kk / steps;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float sc = __half2float(*reinterpret_cast<const __half*>(srow[i & 1] + 2 * gi));
-            s[n][i] = gi == 0 ? __fmul_rn(part[i], sc) : __fmaf_rn(part[i], sc, s[n][i]);
-          }
-        }
-      }
-    }
-  }
+  __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
 };
 // K's B fragments from a raw nvfp4 tile (QKColumn's order, as fp8): a thread's 4 columns of a
 // k-step are two bytes of nibbles in one 16-value group, each value times the group's e4m3 scale
@@ -257,7 +231,7 @@ struct RawIntK {
 template <typename Tag, int HD, bool kTile = false>
 struct RawFp4K {
   const uint8_t* raw;
-  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow<Tag, HD>(raw, r); }
+  __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow(raw, r, pitch); }
   __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
     if constexpr (kTile) return FragKLoad<HD>(frags, n, kk, b);
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -270,21 +244,32 @@ struct RawFp4K {
     b[1] = HMul2(Fp4Pair(w >> 8, w >> 12), s2);
   }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
-  static constexpr bool kGrouped = false;
   int group;             // unused (a scale per 16 values)
   const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
+  int pitch;             // the raw rows' bytes
 };
 
 template <typename Row, int HD, bool kTile = false>
 using RawK = std::conditional_t<kFp8Row<Row>, RawFp8K<Row, HD, kTile>,
                                 std::conditional_t<kFp4Row<Row>, RawFp4K<Row, HD, kTile>, RawIntK<Row, HD, kTile>>>;
 
+// The f16 scales of group gi of two int8 or int4 rows, as a pair (row a low).
+template <typename Tag, int HD>
+__device__ __forceinline__ uint32_t IntScalePair(const uint8_t* a, const uint8_t* b, int gi) {
+  const uint32_t sa = *reinterpret_cast<const uint16_t*>(a + kCodeBytes<Tag, HD> + 2 * gi);
+  const uint32_t sb = *reinterpret_cast<const uint16_t*>(b + kCodeBytes<Tag, HD> + 2 * gi);
+  return sa | sb << 16;
+}
+
 // V's B fragments for k-step kk's keys `rows` (2q, 2q + 1, 2q + 8, 2q + 9 of the thread's quad)
 // and the 32-column block c, in OutColumn's order: b[i] is n-tile 4c + i's fragment (its column
 // n: head-dim column 32c + 4n + i). A thread reads 4 columns of each of its 4 keys and pairs them
 // with byte permutes; codes to exact f16 values.
+// int8 and int4: each value times its (key, group) f16 scale in f16 (one rounding, as K's), so
+// P V takes P as it is; `group` (32k columns) is V's scale group.
 template <typename Tag, int HD>
-__device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4], int c, uint32_t (&b)[4][2]) {
+__device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4], int c, uint32_t (&b)[4][2],
+                                                  int group = 0) {
   constexpr bool kFp8 = kFp8Row<Tag>;
   const int g = (threadIdx.x & 31) >> 2;
   if constexpr (kFp8) {
@@ -305,9 +290,10 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
     for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(rows[i] + 32 * c + 4 * g) ^ 0x80808080u;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {  // keys (2q, 2q + 1), then (2q + 8, 2q + 9)
+      const uint32_t s2 = IntScalePair<Tag, HD>(rows[2 * k], rows[2 * k + 1], 32 * c / group);
       const uint32_t lo = __byte_perm(w[2 * k], w[2 * k + 1], 0x5140), hi = __byte_perm(w[2 * k], w[2 * k + 1], 0x7362);
-      b[0][k] = Int8Pair(lo, 0x4140), b[1][k] = Int8Pair(lo, 0x4342);
-      b[2][k] = Int8Pair(hi, 0x4140), b[3][k] = Int8Pair(hi, 0x4342);
+      b[0][k] = HMul2(Int8Pair(lo, 0x4140), s2), b[1][k] = HMul2(Int8Pair(lo, 0x4342), s2);
+      b[2][k] = HMul2(Int8Pair(hi, 0x4140), s2), b[3][k] = HMul2(Int8Pair(hi, 0x4342), s2);
     }
   } else if constexpr (kFp4Row<Tag>) {  // nvfp4: two bytes a key, its columns' group scale
     uint32_t w[4];
@@ -329,10 +315,11 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
     for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint16_t*>(rows[i] + 16 * c + 2 * g);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
+      const uint32_t s2 = IntScalePair<Tag, HD>(rows[2 * k], rows[2 * k + 1], 32 * c / group);
       const uint32_t x0 = __byte_perm(w[2 * k], w[2 * k + 1], 0x6420);  // (key a byte 0, key b byte 0)
       const uint32_t x1 = __byte_perm(w[2 * k], w[2 * k + 1], 0x6521);  // byte 1 of each
-      b[0][k] = Int4Pair<false>(x0), b[1][k] = Int4Pair<true>(x0);
-      b[2][k] = Int4Pair<false>(x1), b[3][k] = Int4Pair<true>(x1);
+      b[0][k] = HMul2(Int4Pair<false>(x0), s2), b[1][k] = HMul2(Int4Pair<true>(x0), s2);
+      b[2][k] = HMul2(Int4Pair<false>(x1), s2), b[3][k] = HMul2(Int4Pair<true>(x1), s2);
     }
   }
 }
@@ -340,10 +327,10 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
 // The wide shape's fragment tiles of one raw K and V tile (FragK, FragV), the block's warps
 // taking K's n-tiles and V's k-steps in turn. A barrier must follow before they are read.
 template <typename Tag, int HD, int kWarps>
-__device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8_t* raw_v, int k_group,
-                                               uint8_t* k_frags, uint8_t* v_frags) {
+__device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8_t* raw_v, int k_group, int v_group,
+                                               int k_pitch, int v_pitch, uint8_t* k_frags, uint8_t* v_frags) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane & 3;
-  const RawK<Tag, HD> k{raw_k, k_group};
+  const RawK<Tag, HD> k{raw_k, k_group, nullptr, k_pitch};
   for (int n = warp; n < 8; n += kWarps) {
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
@@ -355,11 +342,11 @@ __device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8
   for (int kk = warp; kk < kKeyTile / 16; kk += kWarps) {
     const uint8_t* rows[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) rows[i] = RawRow<Tag, HD>(raw_v, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
+    for (int i = 0; i < 4; ++i) rows[i] = RawRow(raw_v, TileKey<kFp8Row<Tag>>(2 * kk + (i >> 1), 2 * q + (i & 1)), v_pitch);
 #pragma unroll
     for (int c = 0; c < HD / 32; ++c) {
       uint32_t b[4][2];
-      RawValueFragments<Tag, HD>(rows, c, b);
+      RawValueFragments<Tag, HD>(rows, c, b, v_group);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         *reinterpret_cast<uint4*>(v_frags + FragV<HD>(kk, c, h, lane)) =
@@ -369,30 +356,31 @@ __device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8
   }
 }
 
-// O += P V with V's B fragments built in registers from a raw fp8, int8 or int4 tile (no bf16
-// tile in shared memory), on f16 tensor cores: V's codes convert to f16 exactly (fp8: one
-// instruction a pair; int8, int4: byte permutes and one f16 instruction), and P takes each key's
-// scale (int8, int4: each (key, group of 32k columns) scale, so the A fragments are rebuilt for
-// each group) times a power of two 2^e chosen per tile (the tile's largest scale times 2^e in
-// [1, 2)), so P's products stay in f16's normal range whatever the scales; O's accumulators hold
-// O x 2^vexp (`vexp`: the last tile's e; rescaled exactly by a power of two when a tile's e
-// differs; OScale undoes it). An all-zero tile (every scale 0: keys outside the block's range,
-// zero rows) adds nothing and is skipped.
+// O += P V with V's B fragments built in registers from a raw tile (no bf16 tile in shared
+// memory), on f16 tensor cores. int8, int4 and nvfp4: V's fragments carry their scales
+// (RawValueFragments), so P goes in as it is. fp8: V's codes convert to f16 exactly (one
+// instruction a pair) and P takes each key's row scale times a power of two 2^e chosen per tile
+// (the tile's largest scale times 2^e in [1, 2)), so P's products stay in f16's normal range
+// whatever the scales; O's accumulators hold O x 2^vexp (`vexp`: the last tile's e; rescaled
+// exactly by a power of two when a tile's e differs; OScale undoes it). The largest scale is
+// taken over the tile's rows [r_lo, r_hi] (the keys of the block's range; the others are masked,
+// P = 0, and may hold another sequence's rows of a shared paged block), so it never depends on
+// what lies outside them. A tile whose scales there are all 0 (zero rows) adds nothing and is
+// skipped.
 // A B fragment needs two keys at one column; a thread reads 4 columns of each of its 4 keys a
 // k-step and pairs them with byte permutes, so O's columns are permuted: n-tile 4c + i's column n
 // holds head-dim column 32c + 4n + i (OutColumn<true> maps them back).
 template <typename Tag, int HD, bool kTile = false>
-__device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s)[8][4], State<HD>& st, int& vexp,
-                                             int group, const uint8_t* v_frags = nullptr) {
+__device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int r_lo, int r_hi, const float (&s)[8][4],
+                                             State<HD>& st, int& vexp, int group, const uint8_t* v_frags = nullptr) {
   constexpr bool kFp8 = kFp8Row<Tag>;
-  constexpr int kCode = kCodeBytes<Tag, HD>;
   const int lane = threadIdx.x & 31, q = lane & 3;
-  if constexpr (kFp4Row<Tag>) {  // V's fragments carry their scales: P as it is, in f16
+  if constexpr (!kFp8) {  // V's fragments carry their scales: P as it is, in f16
 #pragma unroll
     for (int kk = 0; kk < kKeyTile / 16; ++kk) {
       const uint8_t* rows[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) rows[i] = RawRow<Tag, HD>(raw, kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
+      for (int i = 0; i < 4; ++i) rows[i] = RawRow(raw, TileKey<false>(2 * kk + (i >> 1), 2 * q + (i & 1)), pitch);
       const uint32_t a[4] = {PackPair<__half>(s[2 * kk][0], s[2 * kk][1]),
                              PackPair<__half>(s[2 * kk][2], s[2 * kk][3]),
                              PackPair<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
@@ -403,7 +391,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
         if constexpr (kTile) {
           FragVLoad<HD>(v_frags, kk, c, b);
         } else {
-          RawValueFragments<Tag, HD>(rows, c, b);
+          RawValueFragments<Tag, HD>(rows, c, b, group);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) Mma<__half>(st.acc[4 * c + i], a, b[i]);
@@ -411,18 +399,12 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
     }
     return;
   }
-  const int groups = kFp8 ? 1 : HD / group;
-  auto row = [&](int r) { return RawRow<Tag, HD>(raw, r); };
-  auto scale_of = [&](const uint8_t* r, int gi) {
-    if constexpr (kFp8) {
-      return *reinterpret_cast<const float*>(r + HD);
-    } else {
-      return __half2float(*reinterpret_cast<const __half*>(r + kCode + 2 * gi));
-    }
-  };
-  // The tile's largest scale (scales are >= 0), the same on every lane.
-  float s_max = 0.0f;
-  for (int gi = 0; gi < groups; ++gi) s_max = fmaxf(s_max, fmaxf(scale_of(row(lane), gi), scale_of(row(lane + 32), gi)));
+  // fp8: P times each key's row scale times 2^e.
+  auto row = [&](int r) { return RawRow(raw, r, pitch); };
+  auto scale_of = [&](const uint8_t* r) { return *reinterpret_cast<const float*>(r + HD); };
+  // The largest scale of rows [r_lo, r_hi] (scales are >= 0), the same on every lane.
+  const bool in0 = lane >= r_lo && lane <= r_hi, in1 = lane + 32 >= r_lo && lane + 32 <= r_hi;
+  float s_max = fmaxf(in0 ? scale_of(row(lane)) : 0.0f, in1 ? scale_of(row(lane + 32)) : 0.0f);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) s_max = fmaxf(s_max, __shfl_xor_sync(0xffffffffu, s_max, o));
   if (s_max == 0.0f) return;
@@ -443,23 +425,16 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, const float (&s
     // The thread's keys of this k-step: 2q, 2q + 1, 2q + 8, 2q + 9.
     const uint8_t* rows[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) rows[i] = row(kk * 16 + 2 * q + (i & 1) + 8 * (i >> 1));
-    uint32_t a[4];
-    auto make_a = [&](int gi) {  // P times the keys' scales (group gi) times 2^e, in f16
-      float scale[4];
+    for (int i = 0; i < 4; ++i) rows[i] = row(TileKey<kFp8>(2 * kk + (i >> 1), 2 * q + (i & 1)));
+    float scale[4];  // the keys' scales times 2^e
 #pragma unroll
-      for (int i = 0; i < 4; ++i) scale[i] = __fmul_rn(scale_of(rows[i], gi), f);
-      a[0] = PackPair<__half>(__fmul_rn(s[2 * kk][0], scale[0]), __fmul_rn(s[2 * kk][1], scale[1]));
-      a[1] = PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1]));
-      a[2] = PackPair<__half>(__fmul_rn(s[2 * kk + 1][0], scale[2]), __fmul_rn(s[2 * kk + 1][1], scale[3]));
-      a[3] = PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]));
-    };
-    if constexpr (kFp8) make_a(0);
+    for (int i = 0; i < 4; ++i) scale[i] = __fmul_rn(scale_of(rows[i]), f);
+    const uint32_t a[4] = {PackPair<__half>(__fmul_rn(s[2 * kk][0], scale[0]), __fmul_rn(s[2 * kk][1], scale[1])),
+                           PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1])),
+                           PackPair<__half>(__fmul_rn(s[2 * kk + 1][0], scale[2]), __fmul_rn(s[2 * kk + 1][1], scale[3])),
+                           PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]))};
 #pragma unroll
     for (int c = 0; c < HD / 32; ++c) {
-      if constexpr (!kFp8) {
-        if ((32 * c) % group == 0) make_a(32 * c / group);
-      }
       uint32_t b[4][2];
       if constexpr (kTile) {  // built once for the block (BuildFragments)
         FragVLoad<HD>(v_frags, kk, c, b);
@@ -479,12 +454,12 @@ __device__ __forceinline__ float OScale(int vexp) { return __int_as_float((127 -
 // time: code x its group's scale in f32 (DequantizeRun's products), rounded to bf16. Rows start
 // 2-byte aligned in shared memory.
 template <typename Row, int HD, int kThreads>
-__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, uint8_t* tile, int scale_group) {
+__device__ __forceinline__ void DequantizeTile(const uint8_t* raw, int pitch, uint8_t* tile, int scale_group) {
   static_assert(std::is_same_v<Row, Int8Row> || std::is_same_v<Row, Int4Row>, "fp8 and nvfp4 rows are read in registers");
   constexpr int kRuns = HD / 8;
   for (int u = threadIdx.x; u < kKeyTile * kRuns; u += kThreads) {
     const int r = u / kRuns, i = (u % kRuns) * 8;
-    const uint8_t* row = RawRow<Row, HD>(raw, r);
+    const uint8_t* row = RawRow(raw, r, pitch);
     uint32_t out[4];
     const float s = __half2float(*reinterpret_cast<const __half*>(row + kCodeBytes<Row, HD> + 2 * (i / scale_group)));
     if constexpr (std::is_same_v<Row, Int8Row>) {

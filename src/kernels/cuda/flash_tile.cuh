@@ -132,7 +132,6 @@ struct TileK {
     LdMatrixX4(SmemAddr(row), b0[0], b0[1], b1[0], b1[1]);
   }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
-  static constexpr bool kGrouped = false;
   static constexpr bool kPairs = true;
 };
 
@@ -140,33 +139,28 @@ struct TileK {
 // at most 8 query rows), so their accumulators, scores and softmax state are not computed
 // (MmaRows); rows 0-7 get the same bits either way.
 // S = Q K^T of a tile of 64 keys for the warp's 16 rows (K's fragments from `kf`): eight n-tiles
-// of 8 keys in the C layout (kGrouped sources scale their groups' sums themselves).
+// of 8 keys in the C layout.
 template <typename T, int HD, bool kRows8 = false, class KFrag>
 __device__ __forceinline__ void TileScores(const KFrag& kf, const uint32_t (&qf)[HD / 16][4], float (&s)[8][4]) {
   using Geo = Geometry<HD>;
-  if constexpr (KFrag::kGrouped) {
-    static_assert(!kRows8, "grouped sources (int8/int4 in registers) keep all 16 rows");
-    kf.template Scores<T>(qf, s);
-  } else {
 #pragma unroll
-    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+  for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < Geo::kKSteps; ++kk) {
-      if constexpr (requires { requires KFrag::kPairs; }) {
+  for (int kk = 0; kk < Geo::kKSteps; ++kk) {
+    if constexpr (requires { requires KFrag::kPairs; }) {
 #pragma unroll
-        for (int n = 0; n < 8; n += 2) {
-          uint32_t b0[2], b1[2];
-          kf.LoadPair(n, kk, b0, b1);
-          MmaRows<T, kRows8>(s[n], qf[kk], b0);
-          MmaRows<T, kRows8>(s[n + 1], qf[kk], b1);
-        }
-      } else {
+      for (int n = 0; n < 8; n += 2) {
+        uint32_t b0[2], b1[2];
+        kf.LoadPair(n, kk, b0, b1);
+        MmaRows<T, kRows8>(s[n], qf[kk], b0);
+        MmaRows<T, kRows8>(s[n + 1], qf[kk], b1);
+      }
+    } else {
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          uint32_t b[2];
-          kf.Load(n, kk, b);
-          MmaRows<T, kRows8>(s[n], qf[kk], b);
-        }
+      for (int n = 0; n < 8; ++n) {
+        uint32_t b[2];
+        kf.Load(n, kk, b);
+        MmaRows<T, kRows8>(s[n], qf[kk], b);
       }
     }
   }
@@ -185,6 +179,19 @@ __device__ __forceinline__ void RescaleO(State<HD>& st, const float (&corr)[2]) 
     }
   }
 }
+
+// The key (in its 64-key tile) of the scores' n-tile n, column c: n x 8 + c; or, for K fragment
+// sources with kSpread (fp8 rows of 33 words), 8 (c / 2) + c % 2 + 2 (n % 4) + 32 (n / 4), so
+// the keys a k-step's B fragments read (V: keys 2q, 2q + 1, 2q + 8, 2q + 9 of the quad's thread
+// q; K: key c of thread group c) sit 8 rows apart, a quad's reads in four bank octets instead
+// of four threads on one bank. The same products in another order.
+template <bool kSpread>
+__device__ __forceinline__ int TileKey(int n, int c) {
+  if constexpr (kSpread) return 8 * (c >> 1) + (c & 1) + 2 * (n & 3) + 32 * (n >> 2);
+  return n * 8 + c;
+}
+template <class KFrag>
+inline constexpr bool kSpreadKeys = requires { requires KFrag::kSpread; };
 
 // The online softmax of a tile's scores `s` (TileScores' layout; the keys from absolute key
 // `tile_start`): s = P = 2^(S - m), the state's max and sum updated and (kRescaleO) O rescaled;
@@ -205,7 +212,7 @@ __device__ __forceinline__ void TileSoftmax(const KFrag& kf, int tile_start, con
       const int h = i >> 1;
       float v = kf.Scale(s[n][i], n, i & 1);
       if (mask) {
-        const int key = tile_start + n * 8 + 2 * q + (i & 1);
+        const int key = tile_start + TileKey<kSpreadKeys<KFrag>>(n, 2 * q + (i & 1));
         if (key < rows.first[h] || key > rows.pos[h]) v = -INFINITY;
       }
       s[n][i] = v;

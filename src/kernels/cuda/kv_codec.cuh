@@ -62,6 +62,12 @@ struct KVRowTraits<Nvfp4Row> {
   static constexpr bool kQuantized = true;
 };
 
+// Row (slot, head) of a quantized cache: its index in rows of DeviceKVRowBytes (kv/kv_codec.h's
+// KVRowIndex: a block's rows head-major, so a KV head's rows of a block are one run).
+__host__ __device__ inline int64_t DeviceKVRowIndex(int64_t slot, int64_t head, int64_t num_heads, int64_t block_size) {
+  return (slot / block_size * num_heads + head) * block_size + slot % block_size;
+}
+
 // Bytes of one row of `f` for the formats above (kv/kv_codec.cc's KVRowBytes); 0 for others.
 __host__ __device__ inline int64_t DeviceKVRowBytes(const KVArrayFormat& f) {
   const int64_t d = f.head_dim;

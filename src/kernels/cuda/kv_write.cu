@@ -32,7 +32,7 @@ __global__ void QuantizeKVKernel(KVWriteParams p) {
   const int64_t head = value ? blockIdx.y - p.k_format.num_heads : blockIdx.y;
   const int d = static_cast<int>(f.head_dim);
   const float* x = (value ? p.v + t * p.v_stride : p.k + t * p.k_stride) + head * d;
-  uint8_t* row = static_cast<uint8_t*>(value ? p.v_cache : p.k_cache) + (slot * f.num_heads + head) * DeviceKVRowBytes(f);
+  uint8_t* row = static_cast<uint8_t*>(value ? p.v_cache : p.k_cache) + DeviceKVRowIndex(slot, head, f.num_heads, f.block_size) * DeviceKVRowBytes(f);
   switch (f.quant) {
     case KVQuant::kFp8E4M3: QuantizeFp8Row<Fp8E4M3Row>(x, row, d, f.tensor_scale); break;
     case KVQuant::kFp8E5M2: QuantizeFp8Row<Fp8E5M2Row>(x, row, d, f.tensor_scale); break;

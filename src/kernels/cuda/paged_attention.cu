@@ -32,7 +32,12 @@ __global__ void PagedAttentionKernel(PagedAttentionParams p) {
   // AttentionWindowStart (attention_params.h), which is host-only.
   const int64_t start = p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? pos - p.sliding_window + 1 : 0;
   const int32_t* table = p.block_tables[t];
-  // Rows of (slot, KV head): plain elements of T or a quantized format (kernels/cuda/kv_codec.cuh).
+  // Rows of (slot, KV head): plain elements of T ([slot][head]) or a quantized format
+  // (kernels/cuda/kv_codec.cuh: head-major within a block).
+  auto row_index = [&](int64_t slot) {
+    return KVRowTraits<T>::kQuantized ? DeviceKVRowIndex(slot, kv_h, p.num_kv_heads, p.block_size)
+                                      : slot * p.num_kv_heads + kv_h;
+  };
   const auto* k_cache = static_cast<const uint8_t*>(p.k_cache);
   const auto* v_cache = static_cast<const uint8_t*>(p.v_cache);
   const int64_t k_row = KVRowTraits<T>::kQuantized ? DeviceKVRowBytes(p.k_format) : hd * int64_t(sizeof(T));
@@ -49,14 +54,14 @@ __global__ void PagedAttentionKernel(PagedAttentionParams p) {
     if (threadIdx.x < n) {
       const int64_t slot = slot_of(k0 + threadIdx.x);
       slots[threadIdx.x] = slot;
-      const uint8_t* k = k_cache + (slot * p.num_kv_heads + kv_h) * k_row;
+      const uint8_t* k = k_cache + row_index(slot) * k_row;
       float dot = 0.0f;
       for (int d = 0; d < hd; ++d) dot += q[d] * DequantizeAt<T>(k, d, hd, k_group);
       scores[threadIdx.x] = dot * p.scale;
     }
     __syncthreads();
     state.AddTile(scores, n, hd, [&](int j, int d) {
-      return DequantizeAt<T>(v_cache + (slots[j] * p.num_kv_heads + kv_h) * v_row, d, hd, v_group);
+      return DequantizeAt<T>(v_cache + row_index(slots[j]) * v_row, d, hd, v_group);
     });
   }
   state.Store(p.out + (t * p.num_heads + h) * hd, hd);
@@ -195,9 +200,13 @@ __global__ void __launch_bounds__(kGroupThreads) GroupedAttentionKernel(PagedAtt
   // Quantized rows: the same bytes per row in K and V (one format), copied in 4-byte pieces.
   const int row_bytes = S::kQuantized ? static_cast<int>(DeviceKVRowBytes(p.k_format)) : HD * int(sizeof(T));
   const int qgroup = S::kQuantized && p.k_format.group < HD ? static_cast<int>(p.k_format.group) : HD;
-  const char* k_base = static_cast<const char*>(p.k_cache) + static_cast<int64_t>(kvh) * row_bytes;
-  const char* v_base = static_cast<const char*>(p.v_cache) + static_cast<int64_t>(kvh) * row_bytes;
-  const int64_t slot_bytes = p.num_kv_heads * row_bytes;
+  // Row (slot, kvh)'s first byte: [slot][head] rows, or a quantized block's head-major ones.
+  auto row_at = [&](int64_t slot) {
+    return (S::kQuantized ? DeviceKVRowIndex(slot, kvh, p.num_kv_heads, p.block_size) : slot * p.num_kv_heads + kvh) *
+           row_bytes;
+  };
+  const char* k_base = static_cast<const char*>(p.k_cache);
+  const char* v_base = static_cast<const char*>(p.v_cache);
   constexpr int kPiece = S::kQuantized ? 4 : 16;
   const int chunks = row_bytes / kPiece;  // pieces of a row
 
@@ -208,13 +217,13 @@ __global__ void __launch_bounds__(kGroupThreads) GroupedAttentionKernel(PagedAtt
     for (int i = tid; i < n * chunks; i += kGroupThreads) {
       const int r = i / chunks, c = i % chunks;
       const int64_t key = k0 + r;
-      const int64_t slot = static_cast<int64_t>(table[key >> bs_shift]) * p.block_size + (key & bs_mask);
+      const int64_t at = row_at(static_cast<int64_t>(table[key >> bs_shift]) * p.block_size + (key & bs_mask));
       if constexpr (S::kQuantized) {
-        CpAsync4(ks + r * S::kRowBytes + c * 4, k_base + slot * slot_bytes + c * 4);
-        CpAsync4(vs + r * S::kRowBytes + c * 4, v_base + slot * slot_bytes + c * 4);
+        CpAsync4(ks + r * S::kRowBytes + c * 4, k_base + at + c * 4);
+        CpAsync4(vs + r * S::kRowBytes + c * 4, v_base + at + c * 4);
       } else {
-        CpAsync16(ks + r * S::kRowBytes + c * 16, k_base + slot * slot_bytes + c * 16);
-        CpAsync16(vs + r * S::kRowBytes + c * 16, v_base + slot * slot_bytes + c * 16);
+        CpAsync16(ks + r * S::kRowBytes + c * 16, k_base + at + c * 16);
+        CpAsync16(vs + r * S::kRowBytes + c * 16, v_base + at + c * 16);
       }
     }
   };
