@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -93,6 +94,8 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
   a.v_row_bytes = static_cast<int>(DeviceKVRowBytes(p.v_format));
   a.k_scale_group = static_cast<int>(std::min<int64_t>(p.k_format.group, HD));
   a.v_scale_group = static_cast<int>(std::min<int64_t>(p.v_format.group, HD));
+  a.k_group_shift = std::countr_zero(static_cast<unsigned>(a.k_scale_group));  // exact where IntRegsServe
+  a.v_group_shift = std::countr_zero(static_cast<unsigned>(a.v_scale_group));
   a.v_global = p.v_format.tensor_scale > 0.0f ? p.v_format.tensor_scale : 1.0f;
   a.bulk = 0;
   const unsigned kv = static_cast<unsigned>(p.num_kv_heads);
@@ -133,12 +136,12 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
 
 // int8 and int4 rows are read in registers (IntRegs) when K's and V's scale groups are 32k
 // columns (a group's columns are whole 32-column blocks in QKColumn's and OutColumn's orders) and
-// int8 rows are 4-byte aligned (an even number of groups); other groups are dequantized into
-// bf16 tiles.
+// a power of two (a column's group is a shift), and int8 rows are 4-byte aligned (an even number
+// of groups); other groups are dequantized into bf16 tiles.
 bool IntRegsServe(const PagedAttentionParams& p) {
   for (const KVArrayFormat* f : {&p.k_format, &p.v_format}) {
     const int64_t g = std::min(f->group, p.head_dim);
-    if (g % 32 != 0) return false;
+    if (g % 32 != 0 || (g & (g - 1)) != 0) return false;
     if (f->quant == KVQuant::kInt8 && (p.head_dim / g) % 2 != 0) return false;
   }
   return true;

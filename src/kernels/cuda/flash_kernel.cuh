@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       barrier();
       if constexpr (kKRegs) {
         if (active) {
-          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{kb, a.k_scale_group, nullptr, a.k_row_bytes}, tile_start, qf, rows,
+          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{kb, a.k_group_shift, nullptr, a.k_row_bytes}, tile_start, qf, rows,
                                         a.scale_log2, mask, st, s);
         }
       } else if constexpr (kQuant) {
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         barrier();
       } else {
         if constexpr (kKRegs) {
-          if (active) AddRawValues<Row, HD>(vb, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp, a.v_scale_group);
+          if (active) AddRawValues<Row, HD>(vb, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp, a.v_group_shift);
         } else {
           if (active) AddValues<T, HD, kRows8>(vb, s, st);
         }
@@ -435,7 +435,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         barrier();
       } else if constexpr (kFragTiles) {
         const uint8_t* r = smem + ((j - tile_lo) & 1) * kStage;
-        BuildFragments<Row, HD, kWarps>(r, r + Raw::kTileBytes, a.k_scale_group, a.v_scale_group, a.k_row_bytes,
+        BuildFragments<Row, HD, kWarps>(r, r + Raw::kTileBytes, a.k_group_shift, a.v_group_shift, a.k_row_bytes,
                                          a.v_row_bytes, kt, vt);
         barrier();
       }
@@ -445,16 +445,16 @@ __global__ void __launch_bounds__(kWarps * 32)
         const bool mask = !(tile_start >= w_all_lo && tile_start + kKeyTile - 1 <= w_all_hi);
         if constexpr (kFragTiles) {
           float s[8][4];
-          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD, true>{ks, a.k_scale_group, kt, a.k_row_bytes}, tile_start, qf, rows,
+          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD, true>{ks, a.k_group_shift, kt, a.k_row_bytes}, tile_start, qf, rows,
                                         a.scale_log2, mask, st, s);
           AddRawValues<Row, HD, true>(ks + Raw::kTileBytes, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp,
-                                      a.v_scale_group, vt);
+                                      a.v_group_shift, vt);
         } else if constexpr (kKRegs) {
           float s[8][4];
-          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{ks, a.k_scale_group, nullptr, a.k_row_bytes}, tile_start, qf, rows,
+          ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{ks, a.k_group_shift, nullptr, a.k_row_bytes}, tile_start, qf, rows,
                                         a.scale_log2, mask, st, s);
           AddRawValues<Row, HD>(ks + Raw::kTileBytes, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp,
-                                a.v_scale_group);
+                                a.v_group_shift);
         } else if constexpr (kQuant) {
           float s[8][4];
           ScoreTile<T, HD, kRows8>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);

@@ -28,6 +28,7 @@ struct KernelArgs {
   int tokens_per_warp;
   int k_row_bytes, v_row_bytes;  // a (token, KV head) row of the cache
   int k_scale_group, v_scale_group;  // int8, int4: values per scale
+  int k_group_shift, v_group_shift;  // read in registers (IntRegs): log2 of those (powers of two)
   float v_global;                    // nvfp4: V's tensor scale (1 when the format's is 0)
   int bulk;  // the one-warp shapes over quantized caches: K/V runs by bulk copies (FlashRowsBulk), else cp.async
 };

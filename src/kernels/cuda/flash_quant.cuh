@@ -189,7 +189,7 @@ struct RawFp8K {
     return __fmul_rn(x, *reinterpret_cast<const float*>(Row(TileKey<true>(n, 2 * (threadIdx.x & 3) + j)) + HD));
   }
   static constexpr bool kSpread = true;  // TileKey's spread keys: rows of 33 words
-  int group;             // unused (one scale a row)
+  int group_shift;       // unused (one scale a row)
   const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
   int pitch;             // the raw rows' bytes
 };
@@ -197,11 +197,12 @@ struct RawFp8K {
 // K's B fragments from a raw int8 or int4 tile (QKColumn's order, as fp8): a thread's four
 // columns of a k-step lie in one scale group (groups of 32k values), so each code, exact in f16,
 // is multiplied by its group's f16 scale in f16 (one rounding, 2^-11 relative: finer than the
-// bf16 tiles other groups take), and Q K^T needs no group sums.
+// bf16 tiles other groups take), and Q K^T needs no group sums. The groups are powers of two
+// (IntRegsServe): a column's group is a shift, not a division.
 template <typename Tag, int HD, bool kTile = false>
 struct RawIntK {
   const uint8_t* raw;
-  int group;
+  int group_shift;  // log2 of the values a scale
   const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
   int pitch;             // the raw rows' bytes
   __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow(raw, r, pitch); }
@@ -210,7 +211,7 @@ struct RawIntK {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const uint8_t* row = Row(n * 8 + g);
     const int col = QKColumn(kk, q, 0);
-    const uint32_t sc = *reinterpret_cast<const uint16_t*>(row + kCodeBytes<Tag, HD> + 2 * (col / group));
+    const uint32_t sc = *reinterpret_cast<const uint16_t*>(row + kCodeBytes<Tag, HD> + 2 * (col >> group_shift));
     const uint32_t s2 = sc | sc << 16;
     if constexpr (std::is_same_v<Tag, Int8Row>) {  // rows 4-byte aligned (IntRegsServe)
       const uint32_t u = *reinterpret_cast<const uint32_t*>(row + col) ^ 0x80808080u;
@@ -244,7 +245,7 @@ struct RawFp4K {
     b[1] = HMul2(Fp4Pair(w >> 8, w >> 12), s2);
   }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
-  int group;             // unused (a scale per 16 values)
+  int group_shift;       // unused (a scale per 16 values)
   const uint8_t* frags;  // kTile: the fragment tile (BuildFragments)
   int pitch;             // the raw rows' bytes
 };
@@ -266,10 +267,10 @@ __device__ __forceinline__ uint32_t IntScalePair(const uint8_t* a, const uint8_t
 // n: head-dim column 32c + 4n + i). A thread reads 4 columns of each of its 4 keys and pairs them
 // with byte permutes; codes to exact f16 values.
 // int8 and int4: each value times its (key, group) f16 scale in f16 (one rounding, as K's), so
-// P V takes P as it is; `group` (32k columns) is V's scale group.
+// P V takes P as it is; V's scale groups are 2^group_shift (32k) columns.
 template <typename Tag, int HD>
 __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4], int c, uint32_t (&b)[4][2],
-                                                  int group = 0) {
+                                                  int group_shift = 0) {
   constexpr bool kFp8 = kFp8Row<Tag>;
   const int g = (threadIdx.x & 31) >> 2;
   if constexpr (kFp8) {
@@ -290,7 +291,7 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
     for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint32_t*>(rows[i] + 32 * c + 4 * g) ^ 0x80808080u;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {  // keys (2q, 2q + 1), then (2q + 8, 2q + 9)
-      const uint32_t s2 = IntScalePair<Tag, HD>(rows[2 * k], rows[2 * k + 1], 32 * c / group);
+      const uint32_t s2 = IntScalePair<Tag, HD>(rows[2 * k], rows[2 * k + 1], (32 * c) >> group_shift);
       const uint32_t lo = __byte_perm(w[2 * k], w[2 * k + 1], 0x5140), hi = __byte_perm(w[2 * k], w[2 * k + 1], 0x7362);
       b[0][k] = HMul2(Int8Pair(lo, 0x4140), s2), b[1][k] = HMul2(Int8Pair(lo, 0x4342), s2);
       b[2][k] = HMul2(Int8Pair(hi, 0x4140), s2), b[3][k] = HMul2(Int8Pair(hi, 0x4342), s2);
@@ -315,7 +316,7 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
     for (int i = 0; i < 4; ++i) w[i] = *reinterpret_cast<const uint16_t*>(rows[i] + 16 * c + 2 * g);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      const uint32_t s2 = IntScalePair<Tag, HD>(rows[2 * k], rows[2 * k + 1], 32 * c / group);
+      const uint32_t s2 = IntScalePair<Tag, HD>(rows[2 * k], rows[2 * k + 1], (32 * c) >> group_shift);
       const uint32_t x0 = __byte_perm(w[2 * k], w[2 * k + 1], 0x6420);  // (key a byte 0, key b byte 0)
       const uint32_t x1 = __byte_perm(w[2 * k], w[2 * k + 1], 0x6521);  // byte 1 of each
       b[0][k] = HMul2(Int4Pair<false>(x0), s2), b[1][k] = HMul2(Int4Pair<true>(x0), s2);
@@ -327,10 +328,11 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
 // The wide shape's fragment tiles of one raw K and V tile (FragK, FragV), the block's warps
 // taking K's n-tiles and V's k-steps in turn. A barrier must follow before they are read.
 template <typename Tag, int HD, int kWarps>
-__device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8_t* raw_v, int k_group, int v_group,
-                                               int k_pitch, int v_pitch, uint8_t* k_frags, uint8_t* v_frags) {
+__device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8_t* raw_v, int k_group_shift,
+                                               int v_group_shift, int k_pitch, int v_pitch, uint8_t* k_frags,
+                                               uint8_t* v_frags) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, q = lane & 3;
-  const RawK<Tag, HD> k{raw_k, k_group, nullptr, k_pitch};
+  const RawK<Tag, HD> k{raw_k, k_group_shift, nullptr, k_pitch};
   for (int n = warp; n < 8; n += kWarps) {
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk) {
@@ -346,7 +348,7 @@ __device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8
 #pragma unroll
     for (int c = 0; c < HD / 32; ++c) {
       uint32_t b[4][2];
-      RawValueFragments<Tag, HD>(rows, c, b, v_group);
+      RawValueFragments<Tag, HD>(rows, c, b, v_group_shift);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         *reinterpret_cast<uint4*>(v_frags + FragV<HD>(kk, c, h, lane)) =
@@ -372,7 +374,8 @@ __device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8
 // holds head-dim column 32c + 4n + i (OutColumn<true> maps them back).
 template <typename Tag, int HD, bool kTile = false>
 __device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int r_lo, int r_hi, const float (&s)[8][4],
-                                             State<HD>& st, int& vexp, int group, const uint8_t* v_frags = nullptr) {
+                                             State<HD>& st, int& vexp, int group_shift,
+                                             const uint8_t* v_frags = nullptr) {
   constexpr bool kFp8 = kFp8Row<Tag>;
   const int lane = threadIdx.x & 31, q = lane & 3;
   if constexpr (!kFp8) {  // V's fragments carry their scales: P as it is, in f16
@@ -391,7 +394,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int 
         if constexpr (kTile) {
           FragVLoad<HD>(v_frags, kk, c, b);
         } else {
-          RawValueFragments<Tag, HD>(rows, c, b, group);
+          RawValueFragments<Tag, HD>(rows, c, b, group_shift);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) Mma<__half>(st.acc[4 * c + i], a, b[i]);

@@ -204,20 +204,29 @@ __device__ __forceinline__ void TileSoftmax(const KFrag& kf, int tile_start, con
   constexpr int kI = kRows8 ? 2 : 4, kH = kRows8 ? 1 : 2;  // kRows8: rows 8-15 (h = 1) are padding
   // Scores (a quantized K's row scales first), masked; the rows' new maxima in the log2 domain:
   // scale_log2 > 0 and rounding is monotonic, so the scaled maximum is the maximum's product.
+  // The masked and unmasked scans are separate branches (mask is the same on every lane), so
+  // a tile inside every row's window runs no key comparisons at all.
   float mx[2] = {-INFINITY, -INFINITY};
+  auto scan = [&]<bool kMask>() {
 #pragma unroll
-  for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < 8; ++n) {
 #pragma unroll
-    for (int i = 0; i < kI; ++i) {
-      const int h = i >> 1;
-      float v = kf.Scale(s[n][i], n, i & 1);
-      if (mask) {
-        const int key = tile_start + TileKey<kSpreadKeys<KFrag>>(n, 2 * q + (i & 1));
-        if (key < rows.first[h] || key > rows.pos[h]) v = -INFINITY;
+      for (int i = 0; i < kI; ++i) {
+        const int h = i >> 1;
+        float v = kf.Scale(s[n][i], n, i & 1);
+        if constexpr (kMask) {
+          const int key = tile_start + TileKey<kSpreadKeys<KFrag>>(n, 2 * q + (i & 1));
+          if (key < rows.first[h] || key > rows.pos[h]) v = -INFINITY;
+        }
+        s[n][i] = v;
+        mx[h] = fmaxf(mx[h], v);
       }
-      s[n][i] = v;
-      mx[h] = fmaxf(mx[h], v);
     }
+  };
+  if (mask) {
+    scan.template operator()<true>();
+  } else {
+    scan.template operator()<false>();
   }
   float base[2];
   corr[0] = corr[1] = 1.0f;
