@@ -93,13 +93,21 @@ __device__ __forceinline__ uint32_t Int4Pair(uint32_t x) {
                           : __hsub2(*reinterpret_cast<const __half2*>(&y), __half2(__half(1032.0f), __half(1032.0f)));
   return *reinterpret_cast<const uint32_t*>(&h);
 }
-// nvfp4: the E2M1 nibbles na and nb (bits 3-0; higher bits ignored) as an exact f16 pair (na
-// low). An E2M1 magnitude's f16 has a zero low byte, its high byte one of eight (0, 0.5, 1,
-// 1.5, 2, 3, 4, 6: 0x00 0x38 0x3C 0x3E 0x40 0x42 0x44 0x46), picked by a byte permute from two
-// words; the sign is bit 3.
-__device__ __forceinline__ uint32_t Fp4Pair(uint32_t na, uint32_t nb) {
-  const uint32_t sel = ((na & 7u) << 4) | ((nb & 7u) << 12);  // bytes 0 and 2: table byte 0 (zero)
-  return __byte_perm(0x3E3C3800u, 0x46444240u, sel) | ((na & 8u) << 12) | ((nb & 8u) << 28);
+// Four E2M1 nibbles (bits 4k..4k + 3 of w, k = 0..3) as four e4m3 bytes (byte k) of 2^-6 times
+// their value, so that one cvt turns two of them into an exact f16 pair: an E2M1 value s e1 e0 m
+// is 2^(e - 1) (1 + m / 2), or m / 2 where e = 0; the e4m3 byte s 0 0 e1 e0 m 0 0 has exponent
+// field e and mantissa m00: 2^(e - 7) (1 + m / 2), and e4m3's subnormals give 2^-6 m / 2, so
+// every code is 2^-6 times its value. The scales (ScaleX64) carry the 2^6 back: the products
+// are the same exact f16 values as E2M1 x scale.
+__device__ __forceinline__ uint32_t Fp4ToE4m3x4(uint32_t w) {
+  const uint32_t a = __byte_perm(w, 0, 0x4140);       // byte 0 to byte 0, byte 1 to byte 2
+  const uint32_t c = (a | (a << 4)) & 0x0F0F0F0Fu;    // nibble k in byte k
+  return (c + 3 * (c & 0x08080808u)) << 2;            // m + 4 s8, then x 4: s to bit 7, e1 e0 m to bits 4-2
+}
+// Two e4m3 codes (the low 16 bits of x, byte 0 low) as an exact f16 pair.
+__device__ __forceinline__ uint32_t E4m3x2ToHalf2(uint32_t x) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
 }
 // An e4m3 scale as f16 (exact), in both halves.
 __device__ __forceinline__ uint32_t E4m3Pair(uint8_t a, uint8_t b) {
@@ -112,6 +120,10 @@ __device__ __forceinline__ uint32_t HMul2(uint32_t x, uint32_t y) {
   const __half2 h = __hmul2(*reinterpret_cast<const __half2*>(&x), *reinterpret_cast<const __half2*>(&y));
   return *reinterpret_cast<const uint32_t*>(&h);
 }
+// A pair of e4m3 scales as f16 times 2^6 (exact: at most 448 x 64 = 28672), for codes from
+// Fp4ToE4m3x4: (value x 2^-6) x (scale x 2^6) is the exact f16 of value x scale (at most 6 x 448,
+// at least 0.5 x 2^-9; 2 + 4 significant bits), as if the value had been multiplied by the scale.
+__device__ __forceinline__ uint32_t ScaleX64(uint8_t a, uint8_t b) { return HMul2(E4m3Pair(a, b), 0x54005400u); }
 
 template <typename KV>
 inline constexpr bool kQuantKV = KVRowTraits<typename KVKind<KV>::Row>::kQuantized;
@@ -240,9 +252,10 @@ struct RawFp4K {
     const int col = QKColumn(kk, q, 0);
     const uint32_t w = *reinterpret_cast<const uint16_t*>(row + col / 2);  // columns col..col + 3
     const uint8_t sc = row[HD / 2 + col / 16];
-    const uint32_t s2 = E4m3Pair(sc, sc);
-    b[0] = HMul2(Fp4Pair(w, w >> 4), s2);
-    b[1] = HMul2(Fp4Pair(w >> 8, w >> 12), s2);
+    const uint32_t s2 = ScaleX64(sc, sc);
+    const uint32_t e = Fp4ToE4m3x4(w);
+    b[0] = HMul2(E4m3x2ToHalf2(e), s2);
+    b[1] = HMul2(E4m3x2ToHalf2(e >> 16), s2);
   }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
   int group_shift;       // unused (a scale per 16 values)
@@ -297,18 +310,20 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
       b[2][k] = HMul2(Int8Pair(hi, 0x4140), s2), b[3][k] = HMul2(Int8Pair(hi, 0x4342), s2);
     }
   } else if constexpr (kFp4Row<Tag>) {  // nvfp4: two bytes a key, its columns' group scale
-    uint32_t w[4];
+    uint32_t e[4];
     uint8_t sc[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      w[i] = *reinterpret_cast<const uint16_t*>(rows[i] + 16 * c + 2 * g);
+      e[i] = Fp4ToE4m3x4(*reinterpret_cast<const uint16_t*>(rows[i] + 16 * c + 2 * g));
       sc[i] = rows[i][HD / 2 + 2 * c + (g >> 2)];  // columns 32c + 4g..+3: group 2c + g / 4
     }
 #pragma unroll
     for (int k = 0; k < 2; ++k) {  // keys (2q, 2q + 1), then (2q + 8, 2q + 9)
-      const uint32_t s2 = E4m3Pair(sc[2 * k], sc[2 * k + 1]);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) b[i][k] = HMul2(Fp4Pair(w[2 * k] >> (4 * i), w[2 * k + 1] >> (4 * i)), s2);
+      const uint32_t s2 = ScaleX64(sc[2 * k], sc[2 * k + 1]);
+      // Column i's codes of the two keys side by side (as fp8's pairs above).
+      const uint32_t lo = __byte_perm(e[2 * k], e[2 * k + 1], 0x5140), hi = __byte_perm(e[2 * k], e[2 * k + 1], 0x7362);
+      b[0][k] = HMul2(E4m3x2ToHalf2(lo), s2), b[1][k] = HMul2(E4m3x2ToHalf2(lo >> 16), s2);
+      b[2][k] = HMul2(E4m3x2ToHalf2(hi), s2), b[3][k] = HMul2(E4m3x2ToHalf2(hi >> 16), s2);
     }
   } else {  // int4: two bytes a key (columns 4g..4g + 3, low nibble first)
     uint32_t w[4];
