@@ -104,16 +104,14 @@ __device__ __forceinline__ uint32_t Fp4ToE4m3x4(uint32_t w) {
   const uint32_t c = (a | (a << 4)) & 0x0F0F0F0Fu;    // nibble k in byte k
   return (c + 3 * (c & 0x08080808u)) << 2;            // m + 4 s8, then x 4: s to bit 7, e1 e0 m to bits 4-2
 }
-// Two e4m3 codes (the low 16 bits of x, byte 0 low) as an exact f16 pair.
-__device__ __forceinline__ uint32_t E4m3x2ToHalf2(uint32_t x) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
+// Two fp8 codes (the low 16 bits of x, byte 0 low) as an exact f16 pair: one cvt.
+template <__nv_fp8_interpretation_t kInterp = __NV_E4M3>
+__device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t x) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), kInterp);
   return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
 }
-// An e4m3 scale as f16 (exact), in both halves.
-__device__ __forceinline__ uint32_t E4m3Pair(uint8_t a, uint8_t b) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(a | b << 8), __NV_E4M3);
-  return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
-}
+// Two e4m3 scales as an f16 pair (exact), a low.
+__device__ __forceinline__ uint32_t E4m3Pair(uint8_t a, uint8_t b) { return Fp8x2ToHalf2(a | b << 8); }
 // x * y on f16 pairs: nvfp4's E2M1 value times its e4m3 scale, exact in f16 (at most 6 x 448, at
 // least 0.5 x 2^-9; 2 + 4 significant bits).
 __device__ __forceinline__ uint32_t HMul2(uint32_t x, uint32_t y) {
@@ -185,8 +183,7 @@ struct RawFp8K {
   __device__ __forceinline__ const uint8_t* Row(int r) const { return RawRow(raw, r, pitch); }
   __device__ __forceinline__ static uint32_t Cvt(uint16_t codes) {
     constexpr __nv_fp8_interpretation_t kInterp = std::is_same_v<Tag, Fp8E4M3Row> ? __NV_E4M3 : __NV_E5M2;
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), kInterp);
-    return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
+    return Fp8x2ToHalf2<kInterp>(codes);
   }
   // One 4-byte read a fragment: k-step kk's rows 2q, 2q + 1 and 2q + 8, 2q + 9 are head-dim
   // columns QKColumn(kk, q, 0..3) (Q's fragments use the same order; rows start 4-byte aligned).
@@ -254,8 +251,8 @@ struct RawFp4K {
     const uint8_t sc = row[HD / 2 + col / 16];
     const uint32_t s2 = ScaleX64(sc, sc);
     const uint32_t e = Fp4ToE4m3x4(w);
-    b[0] = HMul2(E4m3x2ToHalf2(e), s2);
-    b[1] = HMul2(E4m3x2ToHalf2(e >> 16), s2);
+    b[0] = HMul2(Fp8x2ToHalf2(e), s2);
+    b[1] = HMul2(Fp8x2ToHalf2(e >> 16), s2);
   }
   __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
   int group_shift;       // unused (a scale per 16 values)
@@ -322,8 +319,8 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
       const uint32_t s2 = ScaleX64(sc[2 * k], sc[2 * k + 1]);
       // Column i's codes of the two keys side by side (as fp8's pairs above).
       const uint32_t lo = __byte_perm(e[2 * k], e[2 * k + 1], 0x5140), hi = __byte_perm(e[2 * k], e[2 * k + 1], 0x7362);
-      b[0][k] = HMul2(E4m3x2ToHalf2(lo), s2), b[1][k] = HMul2(E4m3x2ToHalf2(lo >> 16), s2);
-      b[2][k] = HMul2(E4m3x2ToHalf2(hi), s2), b[3][k] = HMul2(E4m3x2ToHalf2(hi >> 16), s2);
+      b[0][k] = HMul2(Fp8x2ToHalf2(lo), s2), b[1][k] = HMul2(Fp8x2ToHalf2(lo >> 16), s2);
+      b[2][k] = HMul2(Fp8x2ToHalf2(hi), s2), b[3][k] = HMul2(Fp8x2ToHalf2(hi >> 16), s2);
     }
   } else {  // int4: two bytes a key (columns 4g..4g + 3, low nibble first)
     uint32_t w[4];
