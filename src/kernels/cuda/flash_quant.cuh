@@ -110,18 +110,18 @@ __device__ __forceinline__ uint32_t Fp8x2ToHalf2(uint32_t x) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), kInterp);
   return static_cast<uint32_t>(h.x) | static_cast<uint32_t>(h.y) << 16;
 }
-// Two e4m3 scales as an f16 pair (exact), a low.
-__device__ __forceinline__ uint32_t E4m3Pair(uint8_t a, uint8_t b) { return Fp8x2ToHalf2(a | b << 8); }
-// x * y on f16 pairs: nvfp4's E2M1 value times its e4m3 scale, exact in f16 (at most 6 x 448, at
-// least 0.5 x 2^-9; 2 + 4 significant bits).
+// x * y on f16 pairs: the codes' exact f16 values times their f16 scales.
 __device__ __forceinline__ uint32_t HMul2(uint32_t x, uint32_t y) {
   const __half2 h = __hmul2(*reinterpret_cast<const __half2*>(&x), *reinterpret_cast<const __half2*>(&y));
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 // A pair of e4m3 scales as f16 times 2^6 (exact: at most 448 x 64 = 28672), for codes from
 // Fp4ToE4m3x4: (value x 2^-6) x (scale x 2^6) is the exact f16 of value x scale (at most 6 x 448,
-// at least 0.5 x 2^-9; 2 + 4 significant bits), as if the value had been multiplied by the scale.
-__device__ __forceinline__ uint32_t ScaleX64(uint8_t a, uint8_t b) { return HMul2(E4m3Pair(a, b), 0x54005400u); }
+// at least 0.5 x 2^-9; 2 + 4 significant bits), as if the value had been multiplied by the scale
+// (a low).
+__device__ __forceinline__ uint32_t ScaleX64(uint8_t a, uint8_t b) {
+  return HMul2(Fp8x2ToHalf2(a | b << 8), 0x54005400u);
+}
 
 template <typename KV>
 inline constexpr bool kQuantKV = KVRowTraits<typename KVKind<KV>::Row>::kQuantized;
