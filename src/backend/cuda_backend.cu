@@ -18,6 +18,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_wide.h"
 #include "kernels/cuda/kv_write.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/rope.h"
@@ -174,16 +175,27 @@ std::shared_ptr<float> CudaBackend::Allocate(int64_t floats) {
   return std::shared_ptr<float>(p, static_cast<float*>(p.get()));
 }
 
+namespace {
+bool side_pool_on = [] {
+  const char* e = std::getenv("PAGODA_CUDA_SIDE_POOL");
+  return e != nullptr && std::string(e) == "1";
+}();
+}  // namespace
+
+void CudaBackend::EnableSidePool(bool on) { side_pool_on = on; }
+
 std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape) {
   UseDevice(s_->device);
   s_->graphs->Drop();
   KVCacheSupport support;
   support.wide_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
   // Per-token fp8, int8, int4 and nvfp4 (kernels/cuda/kv_codec.cuh), with
-  // --kv-cache-dtype-skip-layers and checkpoint scales; kivi2 and the side-pool policies are not
-  // on the GPU yet.
+  // --kv-cache-dtype-skip-layers and checkpoint scales; with the side pool (EnableSidePool) also
+  // kivi2, --kv-sink-tokens and --kv-recent-tokens. The query-aware policy is not on the GPU.
   support.formats = {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4};
-  support.sink_tokens = support.recent_tokens = support.heavy_tokens = false;
+  if (side_pool_on) support.formats.push_back(KVQuant::kKivi2);
+  support.sink_tokens = support.recent_tokens = side_pool_on;
+  support.heavy_tokens = false;
   CheckKVCacheSupport(shape, support, name());
   if (shape.quant != KVQuant::kNone) {
     PAGODA_ENSURE(shape.quantize_v, ErrorCode::kUnsupported,
@@ -202,6 +214,11 @@ std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape)
                     "the cuda backend keeps int4 KV for head dims 64 and 128 with --kv-quant-group-size a multiple of 8 "
                     "dividing the head dim (here head dim "
                         << shape.head_dim << ", groups of " << g << "); use --kv-cache-dtype int8 or fp8");
+    }
+    if (shape.quant == KVQuant::kKivi2) {  // kernels/cuda/kv_wide.h, kv_codec.cuh
+      PAGODA_ENSURE(shape.head_dim % 8 == 0 && dv % 8 == 0, ErrorCode::kUnsupported,
+                    "the cuda backend keeps kivi2 KV for head dims that are multiples of 8, not "
+                        << shape.head_dim << "/" << dv << "; use --kv-cache-dtype int4 or int8");
     }
     if (shape.quant == KVQuant::kNvfp4) {  // read by FlashAttention only
       PAGODA_ENSURE((shape.head_dim == 64 || shape.head_dim == 128) && dv == shape.head_dim, ErrorCode::kUnsupported,
@@ -263,6 +280,9 @@ void CudaBackend::CopyBlock(KVCache& cache, int32_t src, int32_t dst) {
     PAGODA_CUDA_CHECK(cudaMemcpyAsync(k + dst * kb, k + src * kb, kb, cudaMemcpyDeviceToDevice, s_->stream));
     PAGODA_CUDA_CHECK(cudaMemcpyAsync(v + dst * vb, v + src * vb, vb, cudaMemcpyDeviceToDevice, s_->stream));
   }
+  bool moved = false;
+  c.CopyWideBlock(src, dst, s_->stream, &moved);
+  if (moved) s_->graphs->Drop();
 }
 
 std::vector<uint8_t> CudaBackend::ReadKVBlock(KVCache& cache, int64_t layer, bool value, int32_t block) {
@@ -307,6 +327,9 @@ void CudaBackend::BeginStep(const StepDescription& step, KVCache& cache) {
   s.max_keys = 0;
   for (int32_t pos : step.positions) s.max_keys = std::max<int64_t>(s.max_keys, pos + 1);
   s.logits_index.UploadGrowing(step.logits_indices.data(), step.num_logits(), &moved);
+  // The side pool's plan for the step's writes (kivi2, sink and recent tokens), on the legacy
+  // stream as the uploads above.
+  AsCudaKVCache(cache).PlanWideStep(step, nullptr, &moved);
   if (moved) s.graphs->Drop();
   ++s.step_serial;
 
@@ -475,6 +498,32 @@ void CudaBackend::WriteKV(KVCache& cache, int64_t layer, const TensorView& k, co
   p.k_format = c.k_format(layer);
   p.v_format = c.v_format(layer);
   cuda::WriteKV(p, s_->stream);
+  if (!c.uses_wide(layer)) return;
+  cuda::KVWideWriteParams w;
+  w.k = p.k;
+  w.v = p.v;
+  w.k_stride = p.k_stride;
+  w.v_stride = p.v_stride;
+  w.num_tokens = p.num_tokens;
+  w.k_width = p.k_width;
+  w.v_width = p.v_width;
+  w.wide_rows = c.wide_rows();
+  w.k_wide = c.k_wide(layer);
+  w.v_wide = c.v_wide(layer);
+  w.dtype = c.shape().dtype;
+  cuda::WriteWideRows(w, s_->stream);
+  if (c.k_format(layer).per_channel) {  // kivi2 keys of the blocks this step filled
+    cuda::Kivi2KeysParams q;
+    q.fill_blocks = c.fill_blocks();
+    q.num_tokens = p.num_tokens;
+    q.wide_index = c.wide_index();
+    q.k_wide = c.k_wide(layer);
+    q.dtype = c.shape().dtype;
+    q.k_cache = c.k(layer);
+    q.k_block_bytes = c.k_block_bytes(layer);
+    q.k_format = c.k_format(layer);
+    cuda::QuantizeFilledKivi2Keys(q, s_->stream);
+  }
 }
 
 

@@ -13,7 +13,8 @@ namespace pagoda {
 
 void CudaBackend::WriteAttentionInputs(KVCache& cache, int64_t layer, const AttentionInputs& in) {
   const AttentionLayer& a = in.layer;
-  if (a.head_dim > cuda::kMaxKVQuantDim || in.rope == nullptr || in.rope->dim > a.head_dim) {
+  if (a.head_dim > cuda::kMaxKVQuantDim || in.rope == nullptr || in.rope->dim > a.head_dim ||
+      AsCudaKVCache(cache).uses_wide(layer)) {  // the side pool: WriteKV's wide copies
     Backend::WriteAttentionInputs(cache, layer, in);  // the separate ops
     return;
   }
@@ -83,6 +84,17 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
   p.block_tables = s_->token_tables.Get<const int32_t*>(0);
   p.scale = a.scale;
   p.sliding_window = a.sliding_window;
+  if (c.uses_wide(layer)) {  // kivi2, sink or recent tokens: some keys from the side pool
+    p.k_wide = c.k_wide(layer);
+    p.v_wide = c.v_wide(layer);
+    p.wide_dtype = c.shape().dtype;
+    p.wide_index = c.wide_index();
+    p.sink_tokens = c.shape().sink_tokens;
+    p.recent_tokens = c.shape().recent_tokens;
+    p.own_block_wide = c.k_format(layer).quant == KVQuant::kKivi2;
+    cuda::PagedAttentionWide(p, s_->stream);
+    return;
+  }
   if (cuda::FlashAttentionSupports(p)) {
     // A captured graph serves the later steps of its split depth (StepGraphs' shape).
     const int64_t keys = s_->max_keys;

@@ -81,6 +81,10 @@ __host__ __device__ inline int64_t DeviceKVRowBytes(const KVArrayFormat& f) {
       return (f.quant == KVQuant::kInt8 ? d : (d + 1) / 2) + 2 * ((d + g - 1) / g);
     }
     case KVQuant::kNvfp4: return (d + 1) / 2 + (d + 15) / 16;
+    case KVQuant::kKivi2: {  // values: codes then (f16 scale, f16 min) a group; keys: codes only
+      const int64_t g = f.group < d ? f.group : d;
+      return (d + 3) / 4 + (f.per_channel ? 0 : 4 * ((d + g - 1) / g));
+    }
     default: return 0;
   }
 }
@@ -146,6 +150,51 @@ __device__ __forceinline__ void DequantizeRun(const uint8_t* row, int i, int g, 
   const float s = __half2float(*reinterpret_cast<const __half*>(row + HD + 2 * (i / g)));
 #pragma unroll
   for (int j = 0; j < N; ++j) v[j] = __fmul_rn(static_cast<float>(static_cast<int8_t>(row[i + j])), s);
+}
+
+// core/fp4.h's Fp4E2M1ToF32: E2M1 code c (sign in bit 3) as a float.
+__device__ __forceinline__ float Fp4E2M1ToFloat(uint32_t c) {
+  const float mag = (c & 7u) < 4u ? 0.5f * static_cast<float>(c & 7u)
+                                  : static_cast<float>(((c & 1u) + 2u) << ((c & 7u) / 2u - 1u)) * 0.5f;
+  return (c & 8u) ? -mag : mag;
+}
+
+// Value i of (offset, head) in a block of any format the backend stores, as kv/kv_codec.cc's
+// DequantizeKVRow computes it (code x stored scale; kivi2: min + code x scale, per token for
+// values and per (head, channel) over the block for keys). One value at a time: the side pool's
+// attention kernel (paged_attention_wide.cu) reads codes where it does not read wide copies.
+// REQUIRES: f.quant != kNone; no heavy rows.
+__device__ inline float DequantizeBlockValue(const KVArrayFormat& f, const uint8_t* block, int64_t offset,
+                                             int64_t head, int i) {
+  const int d = static_cast<int>(f.head_dim);
+  const int g = static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim);
+  if (f.per_channel) {  // kivi2 keys: [heads x d x (scale, min)], then the heads' rows of codes
+    const uint8_t* meta = block + (head * d + i) * 4;
+    const uint8_t* row = block + f.num_heads * d * 4 + (head * f.block_size + offset) * ((d + 3) / 4);
+    const int q = (row[i / 4] >> (2 * (i % 4))) & 3;
+    return __fadd_rn(LoadRowF16(meta + 2), __fmul_rn(static_cast<float>(q), LoadRowF16(meta)));
+  }
+  const uint8_t* row = block + DeviceKVRowIndex(offset, head, f.num_heads, f.block_size) * DeviceKVRowBytes(f);
+  switch (f.quant) {
+    case KVQuant::kFp8E4M3: return DequantizeAt<Fp8E4M3Row>(row, i, d, g);
+    case KVQuant::kFp8E5M2: return DequantizeAt<Fp8E5M2Row>(row, i, d, g);
+    case KVQuant::kInt8: return DequantizeAt<Int8Row>(row, i, d, g);
+    case KVQuant::kInt4: {
+      const int q = ((row[i / 2] >> (4 * (i % 2))) & 15) - 8;
+      return __fmul_rn(static_cast<float>(q), LoadRowF16(row + (d + 1) / 2 + 2 * (i / g)));
+    }
+    case KVQuant::kNvfp4: {
+      const float global = f.tensor_scale > 0.0f ? f.tensor_scale : 1.0f;
+      const float s = __fmul_rn(Fp8ToFloat(row[(d + 1) / 2 + i / 16], Fp8E4M3Row{}), global);
+      return __fmul_rn(Fp4E2M1ToFloat((row[i / 2] >> (4 * (i % 2))) & 15u), s);
+    }
+    case KVQuant::kKivi2: {
+      const uint8_t* meta = row + (d + 3) / 4 + 4 * (i / g);
+      const int q = (row[i / 4] >> (2 * (i % 4))) & 3;
+      return __fadd_rn(LoadRowF16(meta + 2), __fmul_rn(static_cast<float>(q), LoadRowF16(meta)));
+    }
+    default: return 0.0f;
+  }
 }
 
 // ---- quantizing one (token, head) row, by a thread block ----
@@ -225,6 +274,41 @@ __device__ inline void QuantizeIntRow(const float* x, uint8_t* row, int d, int g
 }
 __device__ inline void QuantizeInt8Row(const float* x, uint8_t* row, int d, int g) { QuantizeIntRow<false>(x, row, d, g); }
 __device__ inline void QuantizeInt4Row(const float* x, uint8_t* row, int d, int g) { QuantizeIntRow<true>(x, row, d, g); }
+
+// kv/kv_codec.cc's QuantizeKivi2Row (kivi2 values): per group of g values, scale (max - min) / 3
+// and min, both stored as f16 (clamped at 65504) first, then codes round((x - min) / scale) in
+// 0..3, value i in bits 2(i % 4) of byte i / 4. REQUIRES: d % 8 == 0 (the f16 pairs 2-byte
+// aligned).
+__device__ inline void QuantizeKivi2Row(const float* x, uint8_t* row, int d, int g) {
+  float* scales = IntQuantScales();
+  __shared__ float mins[kMaxKVQuantDim];
+  const int groups = (d + g - 1) / g;
+  uint8_t* meta = row + d / 4;
+  for (int j = threadIdx.x; j < groups; j += blockDim.x) {
+    float lo = INFINITY, hi = -INFINITY;
+    for (int i = j * g; i < d && i < (j + 1) * g; ++i) {
+      lo = fminf(lo, x[i]);
+      hi = fmaxf(hi, x[i]);
+    }
+    const __half s = __float2half_rn(fminf(__fdiv_rn(__fsub_rn(hi, lo), 3.0f), 65504.0f));
+    const __half m = __float2half_rn(fminf(lo, 65504.0f));
+    *reinterpret_cast<unsigned short*>(meta + 4 * j) = __half_as_ushort(s);
+    *reinterpret_cast<unsigned short*>(meta + 4 * j + 2) = __half_as_ushort(m);
+    scales[j] = __half2float(s);
+    mins[j] = __half2float(m);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < d / 4; b += blockDim.x) {
+    uint32_t byte = 0;
+    for (int k = 0; k < 4; ++k) {
+      const int i = 4 * b + k, j = i / g;
+      const float inv = scales[j] > 0.0f ? __fdiv_rn(1.0f, scales[j]) : 0.0f;
+      const float q = fminf(fmaxf(rintf(__fmul_rn(__fsub_rn(x[i], mins[j]), inv)), 0.0f), 3.0f);
+      byte |= static_cast<uint32_t>(q) << (2 * k);
+    }
+    row[b] = static_cast<uint8_t>(byte);
+  }
+}
 
 // core/fp4.h's F32ToFp4E2M1: round to nearest, ties to the even code, saturating at 6; the sign
 // in bit 3 (so -0 for negative values that round to 0), NaN to 0.

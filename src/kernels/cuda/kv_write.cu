@@ -29,6 +29,7 @@ __global__ void QuantizeKVKernel(KVWriteParams p) {
   if (slot < 0) return;
   const bool value = blockIdx.y >= p.k_format.num_heads;
   const KVArrayFormat& f = value ? p.v_format : p.k_format;
+  if (f.per_channel) return;  // kivi2 keys: quantized per block once it is full (kv_wide.h)
   const int64_t head = value ? blockIdx.y - p.k_format.num_heads : blockIdx.y;
   const int d = static_cast<int>(f.head_dim);
   const float* x = (value ? p.v + t * p.v_stride : p.k + t * p.k_stride) + head * d;
@@ -39,13 +40,14 @@ __global__ void QuantizeKVKernel(KVWriteParams p) {
     case KVQuant::kInt8: QuantizeInt8Row(x, row, d, static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim)); break;
     case KVQuant::kInt4: QuantizeInt4Row(x, row, d, static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim)); break;
     case KVQuant::kNvfp4: QuantizeNvfp4Row(x, row, d, f.tensor_scale); break;
+    case KVQuant::kKivi2: QuantizeKivi2Row(x, row, d, static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim)); break;
     default: break;  // refused on the host
   }
 }
 
 bool Supported(const KVArrayFormat& f) {
   return f.quant == KVQuant::kFp8E4M3 || f.quant == KVQuant::kFp8E5M2 || f.quant == KVQuant::kInt8 ||
-         f.quant == KVQuant::kInt4 || f.quant == KVQuant::kNvfp4;
+         f.quant == KVQuant::kInt4 || f.quant == KVQuant::kNvfp4 || (f.quant == KVQuant::kKivi2 && f.head_dim % 8 == 0);
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // fp8_e5m2 and int8 (k_format / v_format; rows dequantized in registers as code x scale, the
 // CPU's values: kernels/cuda/kv_codec.cuh). Every pointer in `p` is a device pointer
 // (block_tables: a device array of [num_tokens] device pointers to the tokens' block-table
-// rows). The other formats and the wide side pool are not read here: the backend refuses
-// them when it makes the cache. (bf16/f16 caches of head dims 64/128 normally go to the
+// rows). int4, nvfp4 and kivi2 are not read here (FlashAttention or PagedAttentionWide below),
+// nor is the wide side pool (PagedAttentionWide). (bf16/f16 caches of head dims 64/128 normally go to the
 // tensor-core kernel, kernels/cuda/flash_attention.h.)
 //
 // Head dims 64 and 128 with up to 8 query heads per KV head (every Llama/Mistral/Qwen shape),
@@ -43,5 +43,11 @@ int64_t PagedAttentionScratchFloats(int64_t num_tokens, int64_t num_heads, int64
 
 // `max_keys`: the most keys any token of the step attends to (sizes the grid).
 void PagedAttention(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream);
+
+// Quantized caches with the wide side pool (p.wide_index and its fields set; kivi2 keys per
+// channel; no heavy rows), paged_attention_wide.cu: keys read from their blocks' wide copies where
+// the CPU reads them wide, else dequantized from their codes (every format the backend stores).
+// One thread block per (token, query head); any block size, head_dim <= 512.
+void PagedAttentionWide(const PagedAttentionParams& p, cudaStream_t stream);
 
 }  // namespace pagoda::cuda

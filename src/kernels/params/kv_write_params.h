@@ -24,7 +24,8 @@ struct KVWriteParams {
   void* v_cache = nullptr;               // [num_blocks * block_size, v_width] of dtype
   DType dtype = DType::kF32;             // kF32, kBF16 or kF16
   // Quantized arrays (quant != kNone): blocks of per-(token, head) rows of these formats;
-  // num_heads * head_dim equals k_width / v_width.
+  // num_heads * head_dim equals k_width / v_width. kivi2 keys (per channel) are not written
+  // here: their block is quantized once it is full (kernels/cuda/kv_wide.h).
   KVArrayFormat k_format, v_format;
 };
 
