@@ -110,6 +110,11 @@ class CudaKVCache : public KVCache {
     fill_blocks_.UploadGrowing(pool_->fill_blocks().data(), n, moved);
     UploadIndexChanges();
   }
+  // Freed blocks no prefix hit can reach: their wide copies go back (the index's change is
+  // uploaded with the next step's plan).
+  void ReleaseBlocks(std::span<const int32_t> blocks) override {
+    if (pool_) pool_->Release(blocks);
+  }
   // Copy-on-write of src into dst, for the pool: the wide copy's bytes in every layer that uses it.
   void CopyWideBlock(int32_t src, int32_t dst, cudaStream_t stream, bool* moved) {
     if (!pool_) return;

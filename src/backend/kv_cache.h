@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kv/kv_format.h"
 
@@ -20,6 +21,10 @@ class KVCache {
   // Per-tensor scales of one layer from a checkpoint (k_scale / v_scale); <= 0: none.
   // REQUIRES: no token of the layer written yet.
   virtual void SetTensorScales(int64_t layer, float k_scale, float v_scale) = 0;
+  // Blocks whose bytes are dead until a new owner writes them from offset 0 (freed, not
+  // cached: KVCacheManager::TakeReleasedBlocks): what the cache keeps beside them (the side
+  // pool's wide copies) goes back. Nothing by default.
+  virtual void ReleaseBlocks(std::span<const int32_t> /*blocks*/) {}
 };
 
 }  // namespace pagoda

@@ -303,12 +303,28 @@ void KVStorage::ReadSlot(int64_t layer, bool value, int64_t slot, float* out) co
   for (int64_t h = 0; h < shape_.num_kv_heads; ++h) DequantizeKVRow(f, base, offset, h, out + h * f.head_dim);
 }
 
+void KVStorage::ReleaseBlocks(std::span<const int32_t> blocks) {
+  for (int64_t l = 0; l < shape_.num_layers; ++l) {
+    if (!UsesWide(l)) continue;
+    for (const int32_t b : blocks) {
+      PAGODA_CHECK(b >= 0 && b < shape_.num_blocks) << "ReleaseBlocks: block " << b;
+      std::erase(filled_[l], b);
+      sink_block_[l][b] = 0;
+      if (wide_index_[l][b] >= 0) {
+        wide_free_[l].push_back(wide_index_[l][b]);
+        wide_index_[l][b] = -1;
+      }
+    }
+  }
+}
+
 void KVStorage::CopyBlock(int64_t src, int64_t dst) {
   for (int64_t l = 0; l < shape_.num_layers; ++l) {
     const int64_t kb = KVBlockBytes(k_format_[l]), vb = KVBlockBytes(v_format_[l]);
     std::memcpy(k_[l].data() + dst * kb, k_[l].data() + src * kb, kb);
     std::memcpy(v_[l].data() + dst * vb, v_[l].data() + src * vb, vb);
     if (!UsesWide(l)) continue;
+    std::erase(filled_[l], dst);  // a new use: its copy (below) is not the filled block's
     sink_block_[l][dst] = sink_block_[l][src];
     keys_quantized_[l][dst] = keys_quantized_[l][src];
     if (shape_.heavy_tokens > 0) {

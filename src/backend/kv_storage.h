@@ -29,18 +29,21 @@
 // block without one seeds it from the dequantized block). When the last offset of a block is
 // written, kivi2 keys are quantized from the wide copy, and the copy is released at the start
 // of the next Write of that layer (the current step's queries still read it), unless the
-// block holds sink positions. Only full blocks are ever shared by the prefix cache, and they
+// block holds sink positions; a block freed where no prefix hit can reach it (ReleaseBlocks)
+// gives its copy back too, and a block copied into (copy-on-write: a new use) leaves the list of
+// blocks to release. Only full blocks are ever shared by the prefix cache, and they
 // are read exactly as written by whoever filled them; a query's own block is always private.
 // So results do not depend on prefix-cache hits, on the batch, or on how a prompt is split
 // into chunks (what is read wide is a function of positions only). The pool grows on demand
-// (side_bytes()); it is bounded by one block per running sequence plus one per cached block
-// that holds sink positions.
+// (side_bytes()); with ReleaseBlocks it is bounded by one block per live sequence plus one per
+// cached block that holds sink positions.
 //
 // Not thread-safe for concurrent writes to the same slots; the model writes each new
 // token's slot once per layer per step.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "backend/kv_cache.h"
@@ -91,6 +94,8 @@ class KVStorage : public KVCache {
                       int64_t n, float scale);
   // Copies block src to dst in every layer (copy-on-write), wide copies included.
   void CopyBlock(int64_t src, int64_t dst);
+  // Freed blocks no prefix hit can reach: their wide copies go back to the pool.
+  void ReleaseBlocks(std::span<const int32_t> blocks) override;
   // Points p's caches, formats and wide-copy fields at `layer`. Valid until the next Write.
   void FillAttentionParams(int64_t layer, PagedAttentionParams* p) const;
   // MLA: points p's latent (K array) and rope (V array) caches, kv_dtype, block_size and

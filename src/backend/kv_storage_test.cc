@@ -187,6 +187,47 @@ TEST(KVQuantStorageTest, CopyBlockCopiesCodesAndWideCopies) {
   }
 }
 
+// A block filled by the last step, freed and then copied into (copy-on-write for a fork: a new
+// use) keeps the copy it was given: the next Write does not release it as the filled block's,
+// so the fork reads the source's wide rows (kivi2: its residual keys, which have no codes). And
+// ReleaseBlocks gives the copies of freed blocks back to the pool for the next ones.
+TEST(KVQuantStorageTest, ACopyIntoAJustFilledBlockKeepsItsWideCopy) {
+  KVQuantOptions o;
+  o.block_size = 4;
+  o.recent_tokens = 2;
+  const KVShape shape{1, 1, 32, 32, 0, false};
+  for (const KVCacheDType t : {KVCacheDType::kKivi2, KVCacheDType::kInt4}) {
+    SCOPED_TRACE(KVCacheDTypeName(t));
+    KVStorage cache(StorageShape(shape, t, o, 4));
+    std::mt19937_64 rng(3);
+    std::normal_distribution<float> normal;
+    auto write = [&](std::vector<int64_t> slots, std::vector<int32_t> positions) {
+      std::vector<float> k(slots.size() * 32), v(slots.size() * 32);
+      for (auto* x : {&k, &v})
+        for (float& f : *x) f = normal(rng);
+      cache.Write(0, k.data(), v.data(), slots.data(), static_cast<int64_t>(slots.size()), positions.data());
+    };
+    write({0, 1, 2, 3, 4, 5}, {0, 1, 2, 3, 4, 5});  // block 0 filled, block 1 holds 2 rows
+    const int64_t side = cache.side_bytes();
+    cache.CopyBlock(1, 0);  // block 0 freed and reused as the fork's copy of block 1
+    write({2}, {6});        // the fork's next token, at offset 2 of block 0
+    std::vector<float> a(32), b(32);
+    for (int64_t offset = 0; offset < 2; ++offset) {
+      for (const bool value : {false, true}) {
+        cache.ReadSlot(0, value, 4 + offset, a.data());
+        cache.ReadSlot(0, value, offset, b.data());
+        EXPECT_EQ(a, b) << (value ? "V" : "K") << " offset " << offset;
+      }
+    }
+    // Both sequences end: their blocks' copies go back, and the next two sequences' tail
+    // blocks take them instead of growing the pool.
+    const std::vector<int32_t> freed = {0, 1};
+    cache.ReleaseBlocks(freed);
+    write({8, 12}, {0, 0});
+    EXPECT_EQ(cache.side_bytes(), side);
+  }
+}
+
 TEST(KVQuantStorageTest, SkippedLayersStayWide) {
   KVQuantOptions o;
   o.skip_layers = {1};

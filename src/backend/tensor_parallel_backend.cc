@@ -40,6 +40,10 @@ void TensorParallelKVCache::SetTensorScales(int64_t layer, float k_scale, float 
   for (auto& r : ranks_) r->SetTensorScales(layer, k_scale, v_scale);
 }
 
+void TensorParallelKVCache::ReleaseBlocks(std::span<const int32_t> blocks) {
+  for (auto& r : ranks_) r->ReleaseBlocks(blocks);
+}
+
 TensorParallelBackend::TensorParallelBackend(std::vector<Backend*> ranks) : ranks_(std::move(ranks)) {
   PAGODA_CHECK(!ranks_.empty()) << "TensorParallelBackend: no ranks";
 }

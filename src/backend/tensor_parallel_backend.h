@@ -24,6 +24,7 @@ class TensorParallelKVCache : public KVCache {
   int64_t bytes() const override;
   int64_t side_bytes() const override;
   void SetTensorScales(int64_t layer, float k_scale, float v_scale) override;
+  void ReleaseBlocks(std::span<const int32_t> blocks) override;
   KVCache& rank(int r) { return *ranks_[r]; }
 
  private:

@@ -82,9 +82,22 @@ void WidePool::PlanStep(std::span<const int64_t> slots, std::span<const int32_t>
   }
 }
 
+void WidePool::Release(std::span<const int32_t> blocks) {
+  for (const int32_t b : blocks) {
+    PAGODA_CHECK(b >= 0 && b < policy_.num_blocks) << "WidePool::Release: block " << b;
+    std::erase(filled_, static_cast<int64_t>(b));
+    sink_[b] = 0;
+    if (index_[b] >= 0) {
+      free_.push_back(index_[b]);
+      SetIndex(b, -1);
+    }
+  }
+}
+
 std::pair<int32_t, int32_t> WidePool::CopyBlock(int32_t src, int32_t dst) {
   PAGODA_CHECK(src >= 0 && dst >= 0 && src < policy_.num_blocks && dst < policy_.num_blocks)
       << "WidePool::CopyBlock " << src << " -> " << dst;
+  std::erase(filled_, static_cast<int64_t>(dst));  // a new use: its copy is not the filled block's
   sink_[dst] = sink_[src];
   keys_quantized_[dst] = keys_quantized_[src];
   if (index_[src] < 0) {

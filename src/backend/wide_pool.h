@@ -10,7 +10,8 @@
 //   - when a block's last offset is written, kivi2 keys are quantized from the copy (after the
 //     step's rows are written), and the copy is released when the next step is planned (the
 //     step's own queries still read it), unless the block holds sink positions;
-//   - copy-on-write copies flags and the wide copy with the block.
+//   - copy-on-write copies flags and the wide copy with the block;
+//   - a freed block that no prefix hit can reach gives its copy back (Release).
 // The plan does not depend on the layer (every layer that uses the pool is written with the
 // same tokens), so one WidePool serves all of them; the bytes live with the backend, one pair
 // of arrays [size(), block_size, num_kv_heads, head_dim] a layer.
@@ -64,6 +65,8 @@ class WidePool {
   // Copy-on-write of block src into dst: flags follow the block; returns the wide copies to
   // copy (src's, dst's), or {-1, -1} when src has none (dst's copy, if any, is released).
   std::pair<int32_t, int32_t> CopyBlock(int32_t src, int32_t dst);
+  // Freed blocks no prefix hit can reach (KVCache::ReleaseBlocks): their copies go back.
+  void Release(std::span<const int32_t> blocks);
 
  private:
   int32_t Allocate();

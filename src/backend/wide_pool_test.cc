@@ -122,6 +122,32 @@ TEST(WidePoolTest, CopyOnWriteCarriesTheCopyAndItsFlags) {
   EXPECT_EQ(pool.index()[0], -1);
 }
 
+TEST(WidePoolTest, ACopyIntoAJustFilledBlockKeepsItAndReleasedBlocksGiveTheirsBack) {
+  WidePool pool({.num_blocks = 4, .block_size = 4, .kivi2 = true});
+  Step prefill;  // block 0 filled, block 1 holds 2 rows
+  prefill.Add({0, 1}, 4, 0, 6);
+  pool.PlanStep(prefill.slots, prefill.positions);
+  // Block 0 freed and reused as a fork's copy of block 1: it keeps the copy it gets.
+  const auto [ws, wd] = pool.CopyBlock(1, 0);
+  EXPECT_EQ(ws, 1);
+  EXPECT_EQ(wd, 0);
+  Step fork;
+  fork.Add({0}, 4, 2, 1);
+  pool.PlanStep(fork.slots, fork.positions);
+  EXPECT_EQ(pool.index()[0], 0);
+  EXPECT_EQ(pool.wide_rows(), (std::vector<int32_t>{2}));
+  // Both sequences end; the next two sequences' first blocks take their copies.
+  const std::vector<int32_t> freed = {0, 1};
+  pool.Release(freed);
+  EXPECT_EQ(pool.in_use(), 0);
+  Step next;
+  next.slots = {8, 12};
+  next.positions = {0, 0};
+  pool.PlanStep(next.slots, next.positions);
+  EXPECT_EQ(pool.size(), 2);
+  EXPECT_EQ(pool.in_use(), 2);
+}
+
 TEST(WidePoolTest, RowsWithoutASlotWriteNothingAndAMidBlockStartGetsACopy) {
   WidePool pool({.num_blocks = 2, .block_size = 4, .kivi2 = true});
   // The engine's padding rows: slot -1, or the spare block at any offset (results dropped).

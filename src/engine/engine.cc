@@ -305,6 +305,10 @@ void Engine::StorePromptLogprobs(const ModelRunner::StepResult& step) {
 std::vector<RequestOutput> Engine::Step() {
   std::vector<RequestOutput> outs;
   SchedulerOutput sched = scheduler_.Schedule();
+  // Blocks freed since the last step (finished, aborted, preempted requests) drop their side
+  // copies before new owners write them.
+  const std::vector<int32_t> released = kv_.TakeReleasedBlocks();
+  if (!released.empty()) cache_->ReleaseBlocks(released);
   if (sched.scheduled.empty()) return outs;
   ++steps_;
   ModelRunner::StepResult step = runner_.Execute(sched);

@@ -159,7 +159,16 @@ void KVCacheManager::Free(int64_t request_id) {
   std::vector<int32_t>& ids = it->second.block_ids;
   std::reverse(ids.begin(), ids.end());  // tail first: see BlockPool's eviction order
   pool_.FreeBlocks(ids);
+  for (const int32_t b : ids) {
+    if (pool_.ref_cnt(b) == 0 && !pool_.is_cached(b)) released_.push_back(b);
+  }
   requests_.erase(it);
+}
+
+std::vector<int32_t> KVCacheManager::TakeReleasedBlocks() {
+  std::vector<int32_t> out;
+  out.swap(released_);
+  return out;
 }
 
 std::span<const int32_t> KVCacheManager::GetBlockIds(int64_t request_id) const {

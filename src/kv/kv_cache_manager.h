@@ -128,6 +128,11 @@ class KVCacheManager {
   // Releases the request's blocks tail first (so the end of its prefix is evicted before
   // the start) and forgets it. No-op for an unknown id (a request that never got blocks).
   void Free(int64_t request_id);
+  // The blocks Free has released since the last call that no request holds and no prefix hit
+  // can reach (reference count 0, no hash: partial blocks, duplicates, caching off), oldest
+  // first. Their bytes are dead until a new owner writes them from offset 0, so a backend may
+  // drop what it keeps beside them (KVCache::ReleaseBlocks: the side pool's wide copies).
+  std::vector<int32_t> TakeReleasedBlocks();
 
   bool HasRequest(int64_t request_id) const { return requests_.count(request_id) != 0; }
   // The request's block table. REQUIRES: HasRequest(request_id).
@@ -162,6 +167,7 @@ class KVCacheManager {
   KVCacheManagerConfig config_;
   BlockPool pool_;
   std::unordered_map<int64_t, RequestBlocks> requests_;
+  std::vector<int32_t> released_;
 };
 
 // slot = block_table[pos / block_size] * block_size + pos % block_size, appended to `out`

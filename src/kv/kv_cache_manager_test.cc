@@ -208,9 +208,14 @@ TEST(KVCacheManagerTest, ForkSharesBlocksAndCopiesTheLastOnWrite) {
   EXPECT_EQ(Table(m, 0), (Ids{0, 1}));
 
   // The full block 0 is never copied: writes past it go to new blocks.
+  EXPECT_TRUE(m.TakeReleasedBlocks().empty());
   m.Free(0);
   m.Free(1);
   EXPECT_EQ(Refs(m), Ids(6, 0));
+  // Released where no prefix hit reaches them: the partial blocks 1 and 2, not the cached block
+  // 0 (the parent's free left it to the child).
+  EXPECT_EQ(m.TakeReleasedBlocks(), (Ids{1, 2}));
+  EXPECT_TRUE(m.TakeReleasedBlocks().empty());
   m.CheckInvariants();
 }
 
