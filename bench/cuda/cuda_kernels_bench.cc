@@ -37,6 +37,7 @@
 #include "backend/cuda_backend.h"
 #include "backend/step_description.h"
 #include "core/dtype.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/params/attention_params.h"
 #include "kernels/params/sampling_params.h"
 #include "kv/kv_codec.h"
@@ -191,13 +192,28 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
   a.head_dim = dim;
   a.scale = 0.088f;
   const double t = Time(gpu, [&] { gpu.PagedAttention(*cache, 0, a, q, out); }, 5, 9);
-  // The bytes the cache holds for these tokens (codes and scales for quantized formats).
+  // The bytes the cache holds for these tokens (codes and scales for quantized formats; kivi2's
+  // keys: the block's per-channel scales spread over its tokens).
   const KVLayerFormats f = LayerKVFormats(shape, 0);
-  const double bytes = static_cast<double>(batch) * context * kv_heads * (KVRowBytes(f.k) + KVRowBytes(f.v));
-  std::printf("decode-attn batch=%lld ctx=%lld 32q/8kv d128 %-8s %8.1f us  %7.0f GB/s (%4.1f%% of copy)\n",
+  const double bytes =
+      static_cast<double>(batch) * context * static_cast<double>(KVBlockBytes(f.k) + KVBlockBytes(f.v)) / block;
+  std::printf("decode-attn batch=%lld ctx=%lld 32q/8kv d128 %-8s %8.1f us  %7.0f GB/s (%4.1f%% of copy)%s\n",
               static_cast<long long>(batch), static_cast<long long>(context),
               quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e6, bytes / t / 1e9,
-              100.0 * bytes / t / 1e9 / copy_gbs);
+              100.0 * bytes / t / 1e9 / copy_gbs, quant == KVQuant::kKivi2 ? "  (SIMT, side pool)" : "");
+  // The int4/nvfp4 trial (cuda::SetFlashRows8FourBit: the padding rows 8-15 skipped), against
+  // the default in the same process, alternated.
+  if (quant == KVQuant::kInt4 || quant == KVQuant::kNvfp4) {
+    double off = 0.0, on = 0.0;
+    for (int round = 0; round < 2; ++round) {
+      cuda::SetFlashRows8FourBit(true);
+      on += Time(gpu, [&] { gpu.PagedAttention(*cache, 0, a, q, out); }, 5, 9);
+      cuda::SetFlashRows8FourBit(false);
+      off += Time(gpu, [&] { gpu.PagedAttention(*cache, 0, a, q, out); }, 5, 9);
+    }
+    std::printf("  rows 8-15 skipped (trial): %8.1f us against %8.1f us (%.3fx)\n", on / 2 * 1e6, off / 2 * 1e6,
+                off / on);
+  }
 }
 
 // MLA decode in its absorbed form over the latent cache (DeepSeek-V3: kv_lora_rank 512 + rope 64
@@ -594,6 +610,10 @@ int main(int argc, char** argv) {
     // batch 64, 8K tokens (and 32K without --quick), against bf16.
     constexpr KVQuant kFormats[] = {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4};
     for (const KVQuant q : kFormats) BenchDecodeAttention(gpu, 64, 8192, copy, q);
+    // kivi2 through the side pool's SIMT kernel (not yet on by default: CudaBackend::EnableSidePool).
+    CudaBackend::EnableSidePool(true);
+    BenchDecodeAttention(gpu, 64, 8192, copy, KVQuant::kKivi2);
+    CudaBackend::EnableSidePool(false);
     if (!quick) {
       for (const KVQuant q : kFormats) BenchDecodeAttention(gpu, 64, 32768, copy, q);
     }
