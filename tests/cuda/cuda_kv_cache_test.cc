@@ -20,6 +20,14 @@
 namespace pagoda {
 namespace {
 
+// The first byte where the GPU's block differs from the CPU's (gpu.size() bytes), or -1.
+int64_t FirstDifference(const uint8_t* cpu, const std::vector<uint8_t>& gpu) {
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (gpu[i] != cpu[i]) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
 // The device quantizes K/V rows to the CPU codec's bytes exactly (kv/kv_codec.h): fp8 e4m3 and
 // e5m2 with per-token scales and with a checkpoint scale (values beyond it saturate), int8 with
 // groups of 32 and 12, int4 with groups of 32 and 8, nvfp4 without and with a tensor scale; rows
@@ -73,10 +81,7 @@ TEST_F(CudaOpsTest, QuantizedKVWritesTheCpuBytes) {
           const auto* cpu = static_cast<const uint8_t*>(value ? storage.v(l) : storage.k(l)) + block * bytes;
           const std::vector<uint8_t> gpu = gpu_->ReadKVBlock(*cache_g, l, value, block);
           ASSERT_EQ(static_cast<int64_t>(gpu.size()), bytes);
-          int64_t first_diff = -1;
-          for (int64_t i = 0; i < bytes && first_diff < 0; ++i) {
-            if (gpu[i] != cpu[i]) first_diff = i;
-          }
+          const int64_t first_diff = FirstDifference(cpu, gpu);
           std::string around;
           for (int64_t i = std::max<int64_t>(0, first_diff - 4); first_diff >= 0 && i < std::min(bytes, first_diff + 8); ++i) {
             around.append(" ").append(std::to_string(cpu[i])).append("/").append(std::to_string(gpu[i]));
@@ -184,10 +189,7 @@ TEST_F(CudaOpsTest, SidePoolMatchesTheCpu) {
           const auto* cpu = static_cast<const uint8_t*>(value ? storage.v(l) : storage.k(l)) + block * bytes;
           const std::vector<uint8_t> gpu = gpu_->ReadKVBlock(*cache_g, l, value, block);
           ASSERT_EQ(static_cast<int64_t>(gpu.size()), bytes);
-          int64_t first_diff = -1;
-          for (int64_t i = 0; i < bytes && first_diff < 0; ++i) {
-            if (gpu[i] != cpu[i]) first_diff = i;
-          }
+          const int64_t first_diff = FirstDifference(cpu, gpu);
           EXPECT_EQ(first_diff, -1) << "layer " << l << (value ? " V" : " K") << " block " << block << ": byte "
                                     << first_diff << " of " << bytes;
         }
