@@ -37,7 +37,6 @@
 #include "backend/cuda_backend.h"
 #include "backend/step_description.h"
 #include "core/dtype.h"
-#include "kernels/cuda/flash_attention.h"
 #include "kernels/params/attention_params.h"
 #include "kernels/params/sampling_params.h"
 #include "kv/kv_codec.h"
@@ -201,19 +200,6 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
               static_cast<long long>(batch), static_cast<long long>(context),
               quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e6, bytes / t / 1e9,
               100.0 * bytes / t / 1e9 / copy_gbs, quant == KVQuant::kKivi2 ? "  (SIMT, side pool)" : "");
-  // The int4/nvfp4 trial (cuda::SetFlashRows8FourBit: the padding rows 8-15 skipped), against
-  // the default in the same process, alternated.
-  if (quant == KVQuant::kInt4 || quant == KVQuant::kNvfp4) {
-    double off = 0.0, on = 0.0;
-    for (int round = 0; round < 2; ++round) {
-      cuda::SetFlashRows8FourBit(true);
-      on += Time(gpu, [&] { gpu.PagedAttention(*cache, 0, a, q, out); }, 5, 9);
-      cuda::SetFlashRows8FourBit(false);
-      off += Time(gpu, [&] { gpu.PagedAttention(*cache, 0, a, q, out); }, 5, 9);
-    }
-    std::printf("  rows 8-15 skipped (trial): %8.1f us against %8.1f us (%.3fx)\n", on / 2 * 1e6, off / 2 * 1e6,
-                off / on);
-  }
 }
 
 // MLA decode in its absorbed form over the latent cache (DeepSeek-V3: kv_lora_rank 512 + rope 64

@@ -317,9 +317,7 @@ TEST(FlashPlanTest, SplitDepthCoversEverySegment) {
 // split shape (5 and 100 tokens: two stages, then ping buffers) and the narrow one (140 tokens,
 // ping buffers). And the same bits over a cache whose blocks hold an earlier owner's rows past
 // each sequence's last token, 16 times larger (a reused block: those rows are copied with the
-// run and must change nothing, not even the tile's scale exponent). And, with 4 query rows a warp,
-// the same bits when int4 and nvfp4 skip the padding rows 8-15 (SetFlashRows8FourBit; the other
-// formats ignore it, so they check that too).
+// run and must change nothing, not even the tile's scale exponent).
 TEST_F(CudaOpsTest, FlashOneWarpCopiesGiveTheSameBits) {
   const int64_t kv_heads = 4, heads = 16, hd = 128, row = heads * hd;
   const std::pair<KVQuant, int64_t> formats[] = {{KVQuant::kFp8E4M3, 0}, {KVQuant::kInt8, 32}, {KVQuant::kInt8, 16},
@@ -343,7 +341,7 @@ TEST_F(CudaOpsTest, FlashOneWarpCopiesGiveTheSameBits) {
         shape.quant = quant;
         shape.group_size = group;
         const TensorView q = arena_->Make(num_seqs, row, RandomVector(num_seqs * row, 55));
-        std::vector<float> got[5];
+        std::vector<float> got[4];
         for (const bool stale : {false, true}) {
           auto cache = gpu_->CreateKVCache(shape);
           if (stale) {  // every slot of the tables, 16 times larger than the rows written after
@@ -370,18 +368,10 @@ TEST_F(CudaOpsTest, FlashOneWarpCopiesGiveTheSameBits) {
             got[2 * stale + (bulk ? 0 : 1)] = arena_->Read(out);
           }
           cuda::SetFlashRowsBulk(true);
-          if (!stale) {  // 4 query rows a warp: int4 and nvfp4 skipping the padding rows 8-15
-            cuda::SetFlashRows8FourBit(true);
-            const TensorView out = arena_->Make(num_seqs, row);
-            gpu_->PagedAttention(*cache, 0, layer, q, out);
-            got[4] = arena_->Read(out);
-            cuda::SetFlashRows8FourBit(false);
-          }
         }
         EXPECT_TRUE(std::all_of(got[0].begin(), got[0].end(), [](float x) { return std::isfinite(x); }));
-        const char* what[5] = {"bulk copies", "cp.async", "bulk copies over stale rows", "cp.async over stale rows",
-                               "rows 8-15 skipped"};
-        for (int i = 1; i < 5; ++i) {
+        const char* what[4] = {"bulk copies", "cp.async", "bulk copies over stale rows", "cp.async over stale rows"};
+        for (int i = 1; i < 4; ++i) {
           ASSERT_EQ(got[0].size(), got[i].size());
           EXPECT_EQ(std::memcmp(got[0].data(), got[i].data(), got[0].size() * sizeof(float)), 0)
               << what[i] << " give other bits than " << what[0];

@@ -51,21 +51,10 @@ bool UsePing(int64_t blocks) { return blocks > 3 * static_cast<int64_t>(SmCount(
 // registers and they ran slower (batch 64, context 8192: fp8 452 -> 468 us, int8 784 -> 1008);
 // so does head dim 64, where ptxas capped kRows8 kernels at 96 registers with 122 bytes of
 // spills.
-// int4 and nvfp4 caches may take kRows8 too (SetFlashRows8FourBit; PAGODA_FLASH_ROWS8_4BIT=1):
-// 223/215 -> 167/168 registers (int4, without/with ping buffers) and 207/201 -> 168 (nvfp4), so
-// 12 one-warp blocks an SM instead of 9, for up to 24 local-memory reloads a tile with ping
-// buffers. Off until measured faster; the same bits either way (rows 8-15 are padding).
-bool rows8_4bit = [] {
-  const char* e = std::getenv("PAGODA_FLASH_ROWS8_4BIT");
-  return e != nullptr && std::string(e) == "1";
-}();
-
 template <typename KV, int HD, bool kSplit>
 void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t stream, bool pdl) {
-  using Row = typename KVKind<KV>::Row;
-  constexpr bool k4Bit = kQuantKV<KV> && (std::is_same_v<Row, Int4Row> || kFp4Row<Row>);
-  if constexpr ((!kQuantKV<KV> || k4Bit) && HD == 128) {
-    if (a.group <= 8 && (!k4Bit || rows8_4bit)) {
+  if constexpr (!kQuantKV<KV> && HD == 128) {
+    if (a.group <= 8) {
       ping ? LaunchKernel<KV, HD, 1, kSplit, true, true>(a, grid, stream, pdl)
            : LaunchKernel<KV, HD, 1, kSplit, false, true>(a, grid, stream, pdl);
       return;
@@ -160,7 +149,6 @@ bool IntRegsServe(const PagedAttentionParams& p) {
 
 }  // namespace
 
-void SetFlashRows8FourBit(bool on) { rows8_4bit = on; }
 void SetFlashRowsBulk(bool on) { flash_rows_bulk = on; }
 
 void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,

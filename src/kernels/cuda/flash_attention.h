@@ -102,10 +102,6 @@ void WgmmaTileProductsForTest(const float* q, const float* k, const float* v, co
 // slots; else by cp.async, every lane 16-byte pieces. The same values land either way.
 // PAGODA_FLASH_TMA=0 sets cp.async at start; SetFlashRowsBulk(false) too (a test compares them).
 void SetFlashRowsBulk(bool on);
-// Decode warps with at most 8 query rows over int4 and nvfp4 caches at head dim 128 skip the
-// padding rows 8-15 as bf16 caches do (fewer registers, more warps an SM): off by default, a
-// trial until measured; PAGODA_FLASH_ROWS8_4BIT=1 sets it at start. The same bits either way.
-void SetFlashRows8FourBit(bool on);
 
 enum class FlashShape { kSplit, kNarrow, kWide };
 // The launch shape for a step of `num_tokens` tokens in `num_seqs` sequences.

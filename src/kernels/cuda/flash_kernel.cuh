@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         barrier();
       } else {
         if constexpr (kKRegs) {
-          if (active) AddRawValues<Row, HD, false, kRows8>(vb, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp, a.v_group_shift);
+          if (active) AddRawValues<Row, HD>(vb, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp, a.v_group_shift);
         } else {
           if (active) AddValues<T, HD, kRows8>(vb, s, st);
         }
@@ -447,14 +447,14 @@ __global__ void __launch_bounds__(kWarps * 32)
           float s[8][4];
           ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD, true>{ks, a.k_group_shift, kt, a.k_row_bytes}, tile_start, qf, rows,
                                         a.scale_log2, mask, st, s);
-          AddRawValues<Row, HD, true, kRows8>(ks + Raw::kTileBytes, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp,
+          AddRawValues<Row, HD, true>(ks + Raw::kTileBytes, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp,
                                       a.v_group_shift, vt);
         } else if constexpr (kKRegs) {
           float s[8][4];
           ScoreTileFrom<TQ, HD, kRows8>(RawK<Row, HD>{ks, a.k_group_shift, nullptr, a.k_row_bytes}, tile_start, qf, rows,
                                         a.scale_log2, mask, st, s);
-          AddRawValues<Row, HD, false, kRows8>(ks + Raw::kTileBytes, a.v_row_bytes, lo - tile_start, hi - tile_start, s,
-                                               st, vexp, a.v_group_shift);
+          AddRawValues<Row, HD>(ks + Raw::kTileBytes, a.v_row_bytes, lo - tile_start, hi - tile_start, s, st, vexp,
+                                a.v_group_shift);
         } else if constexpr (kQuant) {
           float s[8][4];
           ScoreTile<T, HD, kRows8>(kt, tile_start, qf, rows, a.scale_log2, mask, st, s);

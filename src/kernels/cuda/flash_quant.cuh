@@ -384,8 +384,7 @@ __device__ __forceinline__ void BuildFragments(const uint8_t* raw_k, const uint8
 // A B fragment needs two keys at one column; a thread reads 4 columns of each of its 4 keys a
 // k-step and pairs them with byte permutes, so O's columns are permuted: n-tile 4c + i's column n
 // holds head-dim column 32c + 4n + i (OutColumn<true> maps them back).
-// kRows8: the warp's rows 8-15 are padding (MmaRows): their P is not built, O's rows 8-15 not kept.
-template <typename Tag, int HD, bool kTile = false, bool kRows8 = false>
+template <typename Tag, int HD, bool kTile = false>
 __device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int r_lo, int r_hi, const float (&s)[8][4],
                                              State<HD>& st, int& vexp, int group_shift,
                                              const uint8_t* v_frags = nullptr) {
@@ -398,9 +397,9 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int 
 #pragma unroll
       for (int i = 0; i < 4; ++i) rows[i] = RawRow(raw, TileKey<false>(2 * kk + (i >> 1), 2 * q + (i & 1)), pitch);
       const uint32_t a[4] = {PackPair<__half>(s[2 * kk][0], s[2 * kk][1]),
-                             kRows8 ? 0u : PackPair<__half>(s[2 * kk][2], s[2 * kk][3]),
+                             PackPair<__half>(s[2 * kk][2], s[2 * kk][3]),
                              PackPair<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             kRows8 ? 0u : PackPair<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                             PackPair<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int c = 0; c < HD / 32; ++c) {
         uint32_t b[4][2];
@@ -410,7 +409,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int 
           RawValueFragments<Tag, HD>(rows, c, b, group_shift);
         }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) MmaRows<__half, kRows8>(st.acc[4 * c + i], a, b[i]);
+        for (int i = 0; i < 4; ++i) Mma<__half>(st.acc[4 * c + i], a, b[i]);
       }
     }
     return;
@@ -445,11 +444,10 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int 
     float scale[4];  // the keys' scales times 2^e
 #pragma unroll
     for (int i = 0; i < 4; ++i) scale[i] = __fmul_rn(scale_of(rows[i]), f);
-    const uint32_t a[4] = {
-        PackPair<__half>(__fmul_rn(s[2 * kk][0], scale[0]), __fmul_rn(s[2 * kk][1], scale[1])),
-        kRows8 ? 0u : PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1])),
-        PackPair<__half>(__fmul_rn(s[2 * kk + 1][0], scale[2]), __fmul_rn(s[2 * kk + 1][1], scale[3])),
-        kRows8 ? 0u : PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]))};
+    const uint32_t a[4] = {PackPair<__half>(__fmul_rn(s[2 * kk][0], scale[0]), __fmul_rn(s[2 * kk][1], scale[1])),
+                           PackPair<__half>(__fmul_rn(s[2 * kk][2], scale[0]), __fmul_rn(s[2 * kk][3], scale[1])),
+                           PackPair<__half>(__fmul_rn(s[2 * kk + 1][0], scale[2]), __fmul_rn(s[2 * kk + 1][1], scale[3])),
+                           PackPair<__half>(__fmul_rn(s[2 * kk + 1][2], scale[2]), __fmul_rn(s[2 * kk + 1][3], scale[3]))};
 #pragma unroll
     for (int c = 0; c < HD / 32; ++c) {
       uint32_t b[4][2];
@@ -459,7 +457,7 @@ __device__ __forceinline__ void AddRawValues(const uint8_t* raw, int pitch, int 
         RawValueFragments<Tag, HD>(rows, c, b);
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) MmaRows<__half, kRows8>(st.acc[4 * c + i], a, b[i]);
+      for (int i = 0; i < 4; ++i) Mma<__half>(st.acc[4 * c + i], a, b[i]);
     }
   }
 }
