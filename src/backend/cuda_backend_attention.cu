@@ -92,7 +92,11 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
     p.sink_tokens = c.shape().sink_tokens;
     p.recent_tokens = c.shape().recent_tokens;
     p.own_block_wide = c.k_format(layer).quant == KVQuant::kKivi2;
-    cuda::PagedAttentionWide(p, s_->stream);
+    // A captured graph's grid covers every split: it serves any later context.
+    const int64_t keys = s_->graphs->capturing() ? int64_t{1} << 40 : s_->max_keys;
+    float* scratch =
+        s_->attention_partial.Get<float>(cuda::PagedAttentionWideScratchFloats(q.rows, a.num_heads, a.head_dim));
+    cuda::PagedAttentionWide(p, keys, scratch, s_->stream);
     return;
   }
   if (cuda::FlashAttentionSupports(p)) {

@@ -158,6 +158,46 @@ TEST_F(CudaEngineTest, QuantizedKVRequestsGetTheirAloneOutputs) {
   }
 }
 
+// The side pool (kivi2's residual; int4 with sink and recent tokens): 16 requests of 150-170
+// prompt tokens (two key splits) through one engine, in one prefill step (blocks walking their
+// splits) and then in prefill chunks of at most 48 tokens with a prefix-cache hit (a block per
+// split and a merge kernel), give the tokens each gets alone; decode steps run as graphs.
+TEST_F(CudaEngineTest, SidePoolRequestsGetTheirAloneOutputs) {
+  struct SidePoolOn {
+    SidePoolOn() { CudaBackend::EnableSidePool(true); }
+    ~SidePoolOn() { CudaBackend::EnableSidePool(false); }
+  } side_pool_on;
+  struct Policy {
+    KVCacheDType dtype;
+    int64_t sink, recent;
+  };
+  for (const Policy& policy : {Policy{KVCacheDType::kKivi2, 0, 0}, Policy{KVCacheDType::kInt4, 4, 8}}) {
+    SCOPED_TRACE(std::string(KVCacheDTypeName(policy.dtype)) + " sink " + std::to_string(policy.sink) + " recent " +
+                 std::to_string(policy.recent));
+    auto config = [&](bool prefix_caching, int64_t budget) {
+      EngineConfig c = testing::SmallEngineConfig(1024, 16, prefix_caching, budget, policy.dtype);
+      c.kv_quant.sink_tokens = policy.sink;
+      c.kv_quant.recent_tokens = policy.recent;
+      return c;
+    };
+    const auto specs = Specs(16, 150, 12, true);
+    std::vector<std::vector<int32_t>> alone;
+    for (const RequestSpec& s : specs) {
+      Engine one(*model_, nullptr, config(false, 4096));
+      alone.push_back(RunAll(one, {s}).begin()->second);
+    }
+    for (const auto& [prefix_caching, budget] : {std::pair{false, int64_t{4096}}, std::pair{true, int64_t{48}}}) {
+      SCOPED_TRACE(std::string("budget ") + std::to_string(budget));
+      Engine e(*model_, nullptr, config(prefix_caching, budget));
+      const auto out = RunAll(e, specs);
+      ASSERT_EQ(out.size(), specs.size());
+      size_t i = 0;
+      for (const auto& [id, tokens] : out) EXPECT_EQ(tokens, alone[i++]) << "request " << id;
+      if (prefix_caching) EXPECT_GT(e.Stats().prefix_cache.num_hit_tokens, 0);
+    }
+  }
+}
+
 // stories260K (f32 weights and KV, head dim 8: the f32 GEMM and the plain attention kernel,
 // which the tests above never batch): 16 concurrent requests and a greedy n = 2 request (its
 // second sample forked onto the prompt's blocks, copy-on-write) give the tokens each gets alone.

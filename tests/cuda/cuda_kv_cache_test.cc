@@ -120,9 +120,11 @@ TEST_F(CudaOpsTest, SidePoolMatchesTheCpu) {
     const int64_t bs = cs.block_size;
     SCOPED_TRACE(std::string(KVQuantName(cs.quant)) + " group " + std::to_string(cs.group) + ", block " +
                  std::to_string(bs) + ", sink " + std::to_string(cs.sink) + ", recent " + std::to_string(cs.recent));
-    // Sequence 0: 13 + 9 prompt tokens; sequence 1: 20 + 6; sequence 2: sequence 0 forked after
-    // its prompt (its partial tail block copied). Then 12 decode steps of all three.
-    const int64_t decode_steps = 12, len0 = 22, len1 = 26;
+    // Sequence 0: 13 + 9 prompt tokens; sequence 1: 150 + 6 (a step of more than 64 tokens: blocks
+    // walking their splits; keys past 128: two splits); sequence 2: sequence 0 forked after its
+    // prompt (its partial tail block copied). Then 12 decode steps of all three (a block a split
+    // and a merge).
+    const int64_t decode_steps = 12, len0 = 22, len1 = 156;
     const int64_t blocks0 = (len0 + decode_steps + bs - 1) / bs, blocks1 = (len1 + decode_steps + bs - 1) / bs;
     std::vector<std::vector<int32_t>> tables(3);
     int32_t next = 0;
@@ -171,8 +173,8 @@ TEST_F(CudaOpsTest, SidePoolMatchesTheCpu) {
                   cs.skip_layer && l == 1 ? testing::kBf16AttentionTolerance : kF32Tolerance);
       }
     };
-    run({0, 1}, {0, 0}, {13, 20}, "first chunks");
-    run({0, 1}, {13, 20}, {9, 6}, "second chunks");
+    run({0, 1}, {0, 0}, {13, 150}, "first chunks");
+    run({0, 1}, {13, 150}, {9, 6}, "second chunks");
     const int32_t src = tables[0][len0 / bs], dst = tables[2][len0 / bs];
     cpu_.CopyBlock(*cache_c, src, dst);
     gpu_->CopyBlock(*cache_g, src, dst);

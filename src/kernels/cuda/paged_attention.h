@@ -47,7 +47,11 @@ void PagedAttention(const PagedAttentionParams& p, int64_t max_keys, float* scra
 // Quantized caches with the wide side pool (p.wide_index and its fields set; kivi2 keys per
 // channel; no heavy rows), paged_attention_wide.cu: keys read from their blocks' wide copies where
 // the CPU reads them wide, else dequantized from their codes (every format the backend stores).
-// One thread block per (token, query head); any block size, head_dim <= 512.
-void PagedAttentionWide(const PagedAttentionParams& p, cudaStream_t stream);
+// Head dims 64 and 128 with up to 16 query heads per KV head: blocks per (token, KV head, split of
+// the keys) and a merge; `max_keys` sizes the grid, `scratch` holds
+// PagedAttentionWideScratchFloats floats. Others: one block per (token, query head); any block
+// size, head_dim <= 512.
+int64_t PagedAttentionWideScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim);
+void PagedAttentionWide(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream);
 
 }  // namespace pagoda::cuda

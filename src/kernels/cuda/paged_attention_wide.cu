@@ -3,11 +3,19 @@
 // --kv-recent-tokens. Each key is read where the CPU's KVReader reads it (kernels/cpu/attention.cc):
 // its block's wide copy for positions < sink_tokens and, in the query's own block, for keys within
 // recent_tokens of the query (all of them with own_block_wide, kivi2's residual); else its codes,
-// dequantized one value at a time as kv/kv_codec.cc does (DequantizeBlockValue). One thread block
-// per (token, query head) over tiles of 128 keys and an online softmax: simple and exact, not fast
-// (every query head of a group reads the group's K/V rows again).
+// dequantized as kv/kv_codec.cc does (DequantizeBlockValue). f32 arithmetic on the CPU's values.
+//
+// Head dims 64 and 128 with up to 16 query heads per KV head: the grouped kernel. A block serves
+// (token, KV head, split) for the group's query heads: tiles of 32 keys dequantized by the block's
+// threads into shared memory as f32 (each value read once for the group), scores and an online
+// softmax per head, then p V. A token's keys are cut into GroupedAttentionSplits(keys) splits (a
+// function of its own key count), merged in split order by a second kernel, so a token's bits do
+// not depend on the batch. Other shapes: one block per (token, query head) over tiles of 128 keys.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cfloat>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
@@ -77,9 +85,269 @@ __global__ void __launch_bounds__(kThreads) WideAttentionKernel(PagedAttentionPa
   state.Store(p.out + (t * p.num_heads + h) * hd, hd);
 }
 
+// Where key `key` of a query at `pos` is read: its wide row (element index into the wide arrays,
+// *offset = -1) or its block (the block id, *offset = the key's offset in it).
+__device__ __forceinline__ int64_t KeySource(const PagedAttentionParams& p, const int32_t* table, int64_t key,
+                                             int64_t pos, int64_t kvh, int32_t* offset) {
+  const int64_t bs = p.block_size;
+  const int64_t block = table[key / bs], o = key % bs;
+  const int32_t w = p.wide_index != nullptr ? p.wide_index[block] : -1;
+  if (w >= 0 && (key < p.sink_tokens || (key / bs == pos / bs && (p.own_block_wide || pos - key < p.recent_tokens)))) {
+    *offset = -1;
+    return ((static_cast<int64_t>(w) * bs + o) * p.num_kv_heads + kvh) * p.head_dim;
+  }
+  *offset = static_cast<int32_t>(o);
+  return block;
+}
+
+constexpr int kGroupThreads = 128;
+constexpr int kTile = 32;  // keys a tile
+// At most this many tokens: a block per split and a merge kernel; more: each block walks its
+// token's splits and merges as it goes (the same operations in the same order).
+constexpr int64_t kSplitModeMaxTokens = 64;
+
+struct WideSplit {
+  int64_t start, end;
+  int splits;
+};
+__device__ inline WideSplit WideSplitRange(const PagedAttentionParams& p, int64_t t, int split) {
+  const int64_t pos = p.positions[t];
+  const int64_t first = p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? pos - p.sliding_window + 1 : 0;
+  const int64_t keys = pos + 1 - first;
+  WideSplit r;
+  r.splits = GroupedAttentionSplits(keys);
+  const int64_t chunk = (keys + r.splits - 1) / r.splits;
+  r.start = first + split * chunk;
+  r.end = pos + 1 < r.start + chunk ? pos + 1 : r.start + chunk;
+  return r;
+}
+
+// (M, L, O) <- merged with the next split's (m, l, o), explicitly rounded: the merge kernel and
+// the in-block walk give the same bits.
+__device__ __forceinline__ void MergeSplit(float& M, float& L, float* O, float m, float l, const float* o, int n,
+                                           bool first) {
+  if (first) {
+    M = m;
+    L = l;
+    for (int i = 0; i < n; ++i) O[i] = o[i];
+    return;
+  }
+  const float m_new = fmaxf(M, m);
+  const float a = expf(M - m_new), b = expf(m - m_new);
+  L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
+  for (int i = 0; i < n; ++i) O[i] = __fadd_rn(__fmul_rn(O[i], a), __fmul_rn(o[i], b));
+  M = m_new;
+}
+
+// Split mode: block (t, kvh, split); partial holds [t][h][split] rows of HD values, then
+// [t][h][split] (m, l) pairs; a token with one split writes its output. In-block mode: block
+// (t, kvh) walks the splits.
+template <typename W, int HD, int G, bool kSplitMode>
+__global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentionParams p, int64_t k_block_bytes,
+                                                                   int64_t v_block_bytes, float* partial) {
+  constexpr int kOut = G * HD / kGroupThreads > 0 ? G * HD / kGroupThreads : 1;
+  __shared__ float q_s[G][HD];
+  __shared__ float k_s[kTile][HD + 1];
+  __shared__ float v_s[kTile][HD];
+  __shared__ float p_s[G][kTile];
+  __shared__ float m_s[G], l_s[G], corr_s[G];
+  __shared__ int64_t src_s[kTile];
+  __shared__ int32_t off_s[kTile];
+  const int64_t t = blockIdx.x;
+  const int kvh = blockIdx.y;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int group = static_cast<int>(p.num_heads / p.num_kv_heads);  // <= G
+  const int first_split = kSplitMode ? blockIdx.z : 0;
+  const int splits = WideSplitRange(p, t, 0).splits;
+  if (first_split >= splits) return;
+  const int last_split = kSplitMode ? first_split : splits - 1;
+  for (int i = tid; i < G * HD; i += kGroupThreads) {
+    const int g = i / HD;
+    q_s[g][i % HD] = g < group ? p.q[(t * p.num_heads + static_cast<int64_t>(kvh) * group + g) * HD + i % HD] : 0.0f;
+  }
+  const int64_t pos = p.positions[t];
+  const int32_t* table = p.block_tables[t];
+  const auto* k_cache = static_cast<const uint8_t*>(p.k_cache);
+  const auto* v_cache = static_cast<const uint8_t*>(p.v_cache);
+  const W* k_wide = static_cast<const W*>(p.k_wide);
+  const W* v_wide = static_cast<const W*>(p.v_wide);
+  const int o_index = tid * kOut, og = o_index / HD, od = o_index % HD;
+  const bool owns_output = o_index < G * HD && og < group;
+  float acc[kOut], O[kOut], M = 0.0f, L = 0.0f;
+  for (int split = first_split; split <= last_split; ++split) {
+    const WideSplit range = WideSplitRange(p, t, split);
+#pragma unroll
+    for (int i = 0; i < kOut; ++i) acc[i] = 0.0f;
+    __syncthreads();  // the last split's m_s and l_s are read
+    if (tid < G) {
+      m_s[tid] = -FLT_MAX;
+      l_s[tid] = 0.0f;
+    }
+    for (int64_t k0 = range.start; k0 < range.end; k0 += kTile) {
+      const int n = static_cast<int>(range.end - k0 < kTile ? range.end - k0 : kTile);
+      __syncthreads();  // the previous tile is used up
+      if (tid < n) src_s[tid] = KeySource(p, table, k0 + tid, pos, kvh, &off_s[tid]);
+      __syncthreads();
+      // The tile's K and V values as f32, consecutive threads on consecutive values of a row.
+      for (int e = tid; e < n * HD; e += kGroupThreads) {
+        const int j = e / HD, d = e % HD;
+        const int64_t src = src_s[j];
+        const int32_t off = off_s[j];
+        if (off < 0) {
+          k_s[j][d] = ToFloat(k_wide[src + d]);
+          v_s[j][d] = ToFloat(v_wide[src + d]);
+        } else {
+          k_s[j][d] = DequantizeBlockValue(p.k_format, k_cache + src * k_block_bytes, off, kvh, d);
+          v_s[j][d] = DequantizeBlockValue(p.v_format, v_cache + src * v_block_bytes, off, kvh, d);
+        }
+      }
+      __syncthreads();
+      // Scores: (head g, key j) pairs, a warp a head.
+      for (int e = tid; e < G * kTile; e += kGroupThreads) {
+        const int g = e / kTile, j = e % kTile;
+        if (g < group && j < n) {
+          float dot = 0.0f;
+#pragma unroll 8
+          for (int d = 0; d < HD; ++d) dot = fmaf(q_s[g][d], k_s[j][d], dot);
+          p_s[g][j] = dot * p.scale;
+        }
+      }
+      __syncthreads();
+      // Online softmax, a warp per head (a tile is one key a lane).
+      for (int g = warp; g < group; g += kGroupThreads / 32) {
+        const float x = lane < n ? p_s[g][lane] : -FLT_MAX;
+        float mx = x;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float m_old = m_s[g], m_new = fmaxf(m_old, mx);
+        const float ex = lane < n ? expf(x - m_new) : 0.0f;
+        if (lane < n) p_s[g][lane] = ex;
+        float sum = ex;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        __syncwarp();
+        if (lane == 0) {
+          const float corr = expf(m_old - m_new);
+          corr_s[g] = corr;
+          l_s[g] = l_s[g] * corr + sum;
+          m_s[g] = m_new;
+        }
+      }
+      __syncthreads();
+      if (owns_output) {
+        const float c = corr_s[og];
+#pragma unroll
+        for (int i = 0; i < kOut; ++i) acc[i] *= c;
+        for (int j = 0; j < n; ++j) {
+          const float pj = p_s[og][j];
+#pragma unroll
+          for (int i = 0; i < kOut; ++i) acc[i] = fmaf(pj, v_s[j][od + i], acc[i]);
+        }
+      }
+    }
+    __syncthreads();  // m_s and l_s final for the split
+    if (!owns_output) continue;
+    const int64_t h = static_cast<int64_t>(kvh) * group + og;
+    if constexpr (kSplitMode) {
+      if (splits == 1) {
+        float* out = p.out + (t * p.num_heads + h) * HD + od;
+#pragma unroll
+        for (int i = 0; i < kOut; ++i) out[i] = __fdiv_rn(acc[i], l_s[og]);
+      } else {
+        const int64_t at = (t * p.num_heads + h) * kMaxAttentionSplits + split;
+#pragma unroll
+        for (int i = 0; i < kOut; ++i) partial[at * HD + od + i] = acc[i];
+        if (od == 0) {
+          const int64_t ml = p.num_tokens * p.num_heads * kMaxAttentionSplits * HD + at * 2;
+          partial[ml] = m_s[og];
+          partial[ml + 1] = l_s[og];
+        }
+      }
+    } else {
+      MergeSplit(M, L, O, m_s[og], l_s[og], acc, kOut, split == 0);
+    }
+  }
+  if constexpr (!kSplitMode) {
+    if (owns_output) {
+      float* out = p.out + (t * p.num_heads + static_cast<int64_t>(kvh) * group + og) * HD + od;
+#pragma unroll
+      for (int i = 0; i < kOut; ++i) out[i] = __fdiv_rn(O[i], L);
+    }
+  }
+}
+
+// Split mode's merge: tokens with several splits, (M, L, O) over the splits in order.
+template <int HD>
+__global__ void WideMergeKernel(PagedAttentionParams p, const float* partial) {
+  const int64_t t = blockIdx.x, h = blockIdx.y;
+  const int splits = WideSplitRange(p, t, 0).splits;
+  if (splits == 1) return;
+  const int64_t at = (t * p.num_heads + h) * kMaxAttentionSplits;
+  const float* ml = partial + p.num_tokens * p.num_heads * kMaxAttentionSplits * HD + at * 2;
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    float M = 0.0f, L = 0.0f, O = 0.0f;
+    for (int s = 0; s < splits; ++s) {
+      const float o = partial[(at + s) * HD + d];
+      MergeSplit(M, L, &O, ml[2 * s], ml[2 * s + 1], &o, 1, s == 0);
+    }
+    p.out[(t * p.num_heads + h) * HD + d] = __fdiv_rn(O, L);
+  }
+}
+
+template <typename W, int HD, int G>
+void LaunchWideGrouped(const PagedAttentionParams& p, int64_t max_keys, float* scratch, int64_t kb, int64_t vb,
+                       cudaStream_t stream) {
+  if (p.num_tokens <= kSplitModeMaxTokens) {
+    const int splits = GroupedAttentionSplits(max_keys);
+    const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads),
+                    static_cast<unsigned>(splits));
+    WideGroupedKernel<W, HD, G, true><<<grid, kGroupThreads, 0, stream>>>(p, kb, vb, scratch);
+    PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel");
+    if (splits > 1) {
+      WideMergeKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
+                            stream>>>(p, scratch);
+      PAGODA_CUDA_CHECK_LAUNCH("WideMergeKernel");
+    }
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads));
+  WideGroupedKernel<W, HD, G, false><<<grid, kGroupThreads, 0, stream>>>(p, kb, vb, scratch);
+  PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel");
+}
+
+template <typename W, int HD>
+void LaunchWideGroup(const PagedAttentionParams& p, int64_t max_keys, float* scratch, int64_t kb, int64_t vb,
+                     cudaStream_t stream) {
+  const int64_t group = p.num_heads / p.num_kv_heads;
+  if (group == 1) return LaunchWideGrouped<W, HD, 1>(p, max_keys, scratch, kb, vb, stream);
+  if (group == 2) return LaunchWideGrouped<W, HD, 2>(p, max_keys, scratch, kb, vb, stream);
+  if (group <= 4) return LaunchWideGrouped<W, HD, 4>(p, max_keys, scratch, kb, vb, stream);
+  if (group <= 8) return LaunchWideGrouped<W, HD, 8>(p, max_keys, scratch, kb, vb, stream);
+  return LaunchWideGrouped<W, HD, 16>(p, max_keys, scratch, kb, vb, stream);
+}
+
+template <typename W>
+bool TryWideGrouped(const PagedAttentionParams& p, int64_t max_keys, float* scratch, int64_t kb, int64_t vb,
+                    cudaStream_t stream) {
+  if (scratch == nullptr || p.num_heads / p.num_kv_heads > 16 || p.num_tokens > 2147483647) return false;
+  if (p.head_dim == 128) {
+    LaunchWideGroup<W, 128>(p, max_keys, scratch, kb, vb, stream);
+  } else if (p.head_dim == 64) {
+    LaunchWideGroup<W, 64>(p, max_keys, scratch, kb, vb, stream);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-void PagedAttentionWide(const PagedAttentionParams& p, cudaStream_t stream) {
+int64_t PagedAttentionWideScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim) {
+  // Only split mode (at most kSplitModeMaxTokens tokens) writes partial states.
+  return std::min(num_tokens, kSplitModeMaxTokens) * num_heads * kMaxAttentionSplits * (head_dim + 2);
+}
+
+void PagedAttentionWide(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream) {
   if (p.num_tokens <= 0) return;
   PAGODA_CHECK(p.head_dim <= kThreads * kMaxPerThread) << "CUDA PagedAttentionWide: head_dim " << p.head_dim;
   PAGODA_CHECK(p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0 && p.num_heads <= 65535)
@@ -91,6 +359,14 @@ void PagedAttentionWide(const PagedAttentionParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads));
   const size_t smem = (p.head_dim + kThreads) * sizeof(float);
   const int64_t kb = KVBlockBytes(p.k_format), vb = KVBlockBytes(p.v_format);
+  bool done = false;
+  switch (p.wide_dtype) {
+    case DType::kF32: done = TryWideGrouped<float>(p, max_keys, scratch, kb, vb, stream); break;
+    case DType::kBF16: done = TryWideGrouped<__nv_bfloat16>(p, max_keys, scratch, kb, vb, stream); break;
+    case DType::kF16: done = TryWideGrouped<__half>(p, max_keys, scratch, kb, vb, stream); break;
+    default: break;
+  }
+  if (done) return;
   switch (p.wide_dtype) {
     case DType::kF32: WideAttentionKernel<float><<<grid, kThreads, smem, stream>>>(p, kb, vb); break;
     case DType::kBF16: WideAttentionKernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(p, kb, vb); break;
