@@ -596,10 +596,8 @@ int main(int argc, char** argv) {
     // batch 64, 8K tokens (and 32K without --quick), against bf16.
     constexpr KVQuant kFormats[] = {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4};
     for (const KVQuant q : kFormats) BenchDecodeAttention(gpu, 64, 8192, copy, q);
-    // kivi2 through the side pool's SIMT kernel (not yet on by default: CudaBackend::EnableSidePool).
-    CudaBackend::EnableSidePool(true);
+    // kivi2 through the side pool's SIMT kernel.
     BenchDecodeAttention(gpu, 64, 8192, copy, KVQuant::kKivi2);
-    CudaBackend::EnableSidePool(false);
     if (!quick) {
       for (const KVQuant q : kFormats) BenchDecodeAttention(gpu, 64, 32768, copy, q);
     }

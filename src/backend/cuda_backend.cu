@@ -175,26 +175,16 @@ std::shared_ptr<float> CudaBackend::Allocate(int64_t floats) {
   return std::shared_ptr<float>(p, static_cast<float*>(p.get()));
 }
 
-namespace {
-bool side_pool_on = [] {
-  const char* e = std::getenv("PAGODA_CUDA_SIDE_POOL");
-  return e != nullptr && std::string(e) == "1";
-}();
-}  // namespace
-
-void CudaBackend::EnableSidePool(bool on) { side_pool_on = on; }
-
 std::unique_ptr<KVCache> CudaBackend::CreateKVCache(const KVStorageShape& shape) {
   UseDevice(s_->device);
   s_->graphs->Drop();
   KVCacheSupport support;
   support.wide_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
   // Per-token fp8, int8, int4 and nvfp4 (kernels/cuda/kv_codec.cuh), with
-  // --kv-cache-dtype-skip-layers and checkpoint scales; with the side pool (EnableSidePool) also
+  // --kv-cache-dtype-skip-layers and checkpoint scales; with the side pool (cuda_kv_cache.cuh)
   // kivi2, --kv-sink-tokens and --kv-recent-tokens. The query-aware policy is not on the GPU.
-  support.formats = {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4};
-  if (side_pool_on) support.formats.push_back(KVQuant::kKivi2);
-  support.sink_tokens = support.recent_tokens = side_pool_on;
+  support.formats = {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8,
+                     KVQuant::kInt4,    KVQuant::kNvfp4,   KVQuant::kKivi2};
   support.heavy_tokens = false;
   CheckKVCacheSupport(shape, support, name());
   if (shape.quant != KVQuant::kNone) {

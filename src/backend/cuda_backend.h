@@ -104,11 +104,6 @@ class CudaBackend : public Backend {
   std::string DeviceSummary() const;
   // Decode-step graphs captured so far (one per batch size seen twice).
   int64_t num_step_graphs() const;
-  // The wide side pool on the GPU (kivi2, --kv-sink-tokens, --kv-recent-tokens: kernels/cuda/
-  // kv_wide.h and paged_attention_wide.cu) has been compiled but not yet run on a device, so
-  // CreateKVCache refuses those settings unless this is on (PAGODA_CUDA_SIDE_POOL=1 at start;
-  // the GPU tests turn it on to check it against the CPU).
-  static void EnableSidePool(bool on);
   // Tests: the bytes of block `block` of layer `layer`'s K (value false) or V array.
   std::vector<uint8_t> ReadKVBlock(KVCache& cache, int64_t layer, bool value, int32_t block);
   // Benchmarks: seconds per op kind (MatMul, PagedAttention, ...) since EnableOpTimes(true),

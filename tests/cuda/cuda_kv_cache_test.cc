@@ -103,10 +103,6 @@ TEST_F(CudaOpsTest, QuantizedKVWritesTheCpuBytes) {
 // rows), and at the end every block's bytes equal the CPU's (kivi2 keys quantized per channel
 // from the wide copy once the block filled, kivi2 values per token). A skipped layer stays bf16.
 TEST_F(CudaOpsTest, SidePoolMatchesTheCpu) {
-  struct SidePoolOn {
-    SidePoolOn() { CudaBackend::EnableSidePool(true); }
-    ~SidePoolOn() { CudaBackend::EnableSidePool(false); }
-  } side_pool_on;
   const int64_t kv_heads = 2, heads = 8, hd = 64, layers = 2;
   struct Case {
     KVQuant quant;
@@ -221,9 +217,11 @@ TEST_F(CudaOpsTest, RefusesUnsupportedKVFormatsAndPoliciesByName) {
   mla_fp8.quant = KVQuant::kFp8E4M3;
   mla_fp8.quantize_v = false;
   EXPECT_NE(refused(mla_fp8).find("MLA"), std::string::npos);
-  KVStorageShape kivi2 = shape;
-  kivi2.quant = KVQuant::kKivi2;
-  EXPECT_NE(refused(kivi2).find("kivi2"), std::string::npos);
+  KVStorageShape kivi2_d68 = shape;  // kivi2 quantizes rows of a multiple of 8 values
+  kivi2_d68.quant = KVQuant::kKivi2;
+  kivi2_d68.head_dim = 68;
+  const std::string d68 = refused(kivi2_d68);
+  EXPECT_NE(d68.find("multiples of 8"), std::string::npos) << d68;
   KVStorageShape nvfp4_d96 = shape;  // nvfp4 head dims FlashAttention does not take
   nvfp4_d96.quant = KVQuant::kNvfp4;
   nvfp4_d96.head_dim = 96;
@@ -232,35 +230,21 @@ TEST_F(CudaOpsTest, RefusesUnsupportedKVFormatsAndPoliciesByName) {
   int4_g12.quant = KVQuant::kInt4;
   int4_g12.group_size = 12;
   EXPECT_NE(refused(int4_g12).find("int4"), std::string::npos);
-  KVStorageShape sink = shape;
-  sink.sink_tokens = 4;
-  EXPECT_NE(refused(sink).find("--kv-sink-tokens"), std::string::npos);
-  KVStorageShape heavy = shape;
+  KVStorageShape heavy = shape;  // the query-aware policy is CPU-only
+  heavy.quant = KVQuant::kInt4;
   heavy.heavy_tokens = 2;
   EXPECT_NE(refused(heavy).find("--kv-heavy-tokens"), std::string::npos);
   EXPECT_NO_THROW(gpu_->CreateKVCache(shape));
-  for (const KVQuant q : {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4}) {
+  for (const KVQuant q : {KVQuant::kFp8E4M3, KVQuant::kFp8E5M2, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4,
+                          KVQuant::kKivi2}) {
     KVStorageShape s = shape;
     s.quant = q;
     s.wide_layers = {0};
     EXPECT_NO_THROW(gpu_->CreateKVCache(s)) << KVQuantName(q);
+    s.sink_tokens = 4;  // the side pool's policies
+    s.recent_tokens = 3;
+    EXPECT_NO_THROW(gpu_->CreateKVCache(s)) << KVQuantName(q) << " with sink and recent tokens";
   }
-  // With the side pool: kivi2 (head dims multiples of 8), sink and recent tokens; not the
-  // query-aware policy.
-  CudaBackend::EnableSidePool(true);
-  KVStorageShape kivi2_d68 = kivi2;
-  kivi2_d68.head_dim = 68;
-  const std::string d68 = refused(kivi2_d68);
-  EXPECT_NE(d68.find("multiples of 8"), std::string::npos) << d68;
-  KVStorageShape heavy_int4 = heavy;
-  heavy_int4.quant = KVQuant::kInt4;
-  EXPECT_NE(refused(heavy_int4).find("--kv-heavy-tokens"), std::string::npos);
-  KVStorageShape sink_int4 = sink;
-  sink_int4.quant = KVQuant::kInt4;
-  sink_int4.recent_tokens = 3;
-  const bool accepted = refused(kivi2).empty() && refused(sink_int4).empty();
-  CudaBackend::EnableSidePool(false);
-  EXPECT_TRUE(accepted);
 }
 
 }  // namespace
