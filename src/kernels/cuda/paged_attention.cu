@@ -8,6 +8,7 @@
 #include "kernels/cuda/kv_types.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/online_softmax.cuh"
+#include "kernels/cuda/attention_splits.cuh"
 #include "kernels/cuda/smem_limit.cuh"
 
 namespace pagoda::cuda {
@@ -117,40 +118,6 @@ template <int N>
 __device__ inline void LoadFloats(const __half* p, float* v) {
 #pragma unroll
   for (int i = 0; i < N; ++i) v[i] = __half2float(p[i]);
-}
-
-// A token's keys and split `split` of them: [start, end).
-struct KeyRange {
-  int64_t start, end;
-  int splits;
-};
-__device__ inline KeyRange SplitRange(const PagedAttentionParams& p, int64_t t, int split) {
-  const int64_t pos = p.positions[t];
-  const int64_t first = p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? pos - p.sliding_window + 1 : 0;
-  const int64_t keys = pos + 1 - first;
-  KeyRange r;
-  r.splits = GroupedAttentionSplits(keys);
-  const int64_t chunk = (keys + r.splits - 1) / r.splits;
-  r.start = first + split * chunk;
-  r.end = pos + 1 < r.start + chunk ? pos + 1 : r.start + chunk;
-  return r;
-}
-
-// (M, L, O) <- merge with (m, l, o), the next split in order. Explicit roundings: the split
-// mode's merge kernel and the in-block walk must produce the same bits.
-__device__ __forceinline__ void MergeInto(float& M, float& L, float* O, float m, float l, const float* o, int n,
-                                          bool first) {
-  if (first) {
-    M = m;
-    L = l;
-    for (int i = 0; i < n; ++i) O[i] = o[i];
-    return;
-  }
-  const float m_new = fmaxf(M, m);
-  const float a = expf(M - m_new), b = expf(m - m_new);
-  L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
-  for (int i = 0; i < n; ++i) O[i] = __fadd_rn(__fmul_rn(O[i], a), __fmul_rn(o[i], b));
-  M = m_new;
 }
 
 template <typename T, int HD, int G>
@@ -378,24 +345,6 @@ __global__ void __launch_bounds__(kGroupThreads) GroupedAttentionKernel(PagedAtt
 #pragma unroll
       for (int i = 0; i < kOut; ++i) out[i] = __fdiv_rn(O[i], L_s[og]);
     }
-  }
-}
-
-// Split mode's merge: tokens with several splits, (M, L, O) over the splits in order.
-template <int HD>
-__global__ void MergeSplitsKernel(PagedAttentionParams p, const float* partial) {
-  const int64_t t = blockIdx.x, h = blockIdx.y;
-  const KeyRange range = SplitRange(p, t, 0);
-  if (range.splits == 1) return;
-  const int64_t at = (t * p.num_heads + h) * kMaxAttentionSplits;
-  const float* ml = partial + p.num_tokens * p.num_heads * kMaxAttentionSplits * HD + at * 2;
-  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-    float M = 0.0f, L = 0.0f, O = 0.0f;
-    for (int s = 0; s < range.splits; ++s) {
-      const float o = partial[(at + s) * HD + d];
-      MergeInto(M, L, &O, ml[2 * s], ml[2 * s + 1], &o, 1, s == 0);
-    }
-    p.out[(t * p.num_heads + h) * HD + d] = __fdiv_rn(O, L);
   }
 }
 

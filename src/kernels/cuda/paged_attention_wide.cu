@@ -18,6 +18,7 @@
 #include <cfloat>
 
 #include "core/error.h"
+#include "kernels/cuda/attention_splits.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/kv_types.cuh"
@@ -106,39 +107,6 @@ constexpr int kTile = 32;  // keys a tile
 // token's splits and merges as it goes (the same operations in the same order).
 constexpr int64_t kSplitModeMaxTokens = 64;
 
-struct WideSplit {
-  int64_t start, end;
-  int splits;
-};
-__device__ inline WideSplit WideSplitRange(const PagedAttentionParams& p, int64_t t, int split) {
-  const int64_t pos = p.positions[t];
-  const int64_t first = p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? pos - p.sliding_window + 1 : 0;
-  const int64_t keys = pos + 1 - first;
-  WideSplit r;
-  r.splits = GroupedAttentionSplits(keys);
-  const int64_t chunk = (keys + r.splits - 1) / r.splits;
-  r.start = first + split * chunk;
-  r.end = pos + 1 < r.start + chunk ? pos + 1 : r.start + chunk;
-  return r;
-}
-
-// (M, L, O) <- merged with the next split's (m, l, o), explicitly rounded: the merge kernel and
-// the in-block walk give the same bits.
-__device__ __forceinline__ void MergeSplit(float& M, float& L, float* O, float m, float l, const float* o, int n,
-                                           bool first) {
-  if (first) {
-    M = m;
-    L = l;
-    for (int i = 0; i < n; ++i) O[i] = o[i];
-    return;
-  }
-  const float m_new = fmaxf(M, m);
-  const float a = expf(M - m_new), b = expf(m - m_new);
-  L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
-  for (int i = 0; i < n; ++i) O[i] = __fadd_rn(__fmul_rn(O[i], a), __fmul_rn(o[i], b));
-  M = m_new;
-}
-
 // Split mode: block (t, kvh, split); partial holds [t][h][split] rows of HD values, then
 // [t][h][split] (m, l) pairs; a token with one split writes its output. In-block mode: block
 // (t, kvh) walks the splits.
@@ -158,7 +126,7 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = static_cast<int>(p.num_heads / p.num_kv_heads);  // <= G
   const int first_split = kSplitMode ? blockIdx.z : 0;
-  const int splits = WideSplitRange(p, t, 0).splits;
+  const int splits = SplitRange(p, t, 0).splits;
   if (first_split >= splits) return;
   const int last_split = kSplitMode ? first_split : splits - 1;
   for (int i = tid; i < G * HD; i += kGroupThreads) {
@@ -175,7 +143,7 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
   const bool owns_output = o_index < G * HD && og < group;
   float acc[kOut], O[kOut], M = 0.0f, L = 0.0f;
   for (int split = first_split; split <= last_split; ++split) {
-    const WideSplit range = WideSplitRange(p, t, split);
+    const KeyRange range = SplitRange(p, t, split);
 #pragma unroll
     for (int i = 0; i < kOut; ++i) acc[i] = 0.0f;
     __syncthreads();  // the last split's m_s and l_s are read
@@ -264,7 +232,7 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
         }
       }
     } else {
-      MergeSplit(M, L, O, m_s[og], l_s[og], acc, kOut, split == 0);
+      MergeInto(M, L, O, m_s[og], l_s[og], acc, kOut, split == 0);
     }
   }
   if constexpr (!kSplitMode) {
@@ -273,24 +241,6 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
 #pragma unroll
       for (int i = 0; i < kOut; ++i) out[i] = __fdiv_rn(O[i], L);
     }
-  }
-}
-
-// Split mode's merge: tokens with several splits, (M, L, O) over the splits in order.
-template <int HD>
-__global__ void WideMergeKernel(PagedAttentionParams p, const float* partial) {
-  const int64_t t = blockIdx.x, h = blockIdx.y;
-  const int splits = WideSplitRange(p, t, 0).splits;
-  if (splits == 1) return;
-  const int64_t at = (t * p.num_heads + h) * kMaxAttentionSplits;
-  const float* ml = partial + p.num_tokens * p.num_heads * kMaxAttentionSplits * HD + at * 2;
-  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-    float M = 0.0f, L = 0.0f, O = 0.0f;
-    for (int s = 0; s < splits; ++s) {
-      const float o = partial[(at + s) * HD + d];
-      MergeSplit(M, L, &O, ml[2 * s], ml[2 * s + 1], &o, 1, s == 0);
-    }
-    p.out[(t * p.num_heads + h) * HD + d] = __fdiv_rn(O, L);
   }
 }
 
@@ -304,9 +254,9 @@ void LaunchWideGrouped(const PagedAttentionParams& p, int64_t max_keys, float* s
     WideGroupedKernel<W, HD, G, true><<<grid, kGroupThreads, 0, stream>>>(p, kb, vb, scratch);
     PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel");
     if (splits > 1) {
-      WideMergeKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
+      MergeSplitsKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
                             stream>>>(p, scratch);
-      PAGODA_CUDA_CHECK_LAUNCH("WideMergeKernel");
+      PAGODA_CUDA_CHECK_LAUNCH("MergeSplitsKernel");
     }
     return;
   }
