@@ -172,6 +172,7 @@ EngineConfig EngineFlags::MakeConfig(const ModelFlags& flags, Model& model) cons
   }
   // On the CPU, never take more than the sequences the engine could run at once.
   o.max_kv_tokens = max_num_seqs * o.max_model_len;
+  o.max_num_seqs = max_num_seqs;
   c.kv = ComputeKVCacheConfig(o);
   c.kv_quant = o.quant;
   PAGODA_LOG(kInfo) << FormatKVCacheConfig(c.kv);

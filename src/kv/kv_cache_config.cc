@@ -110,6 +110,9 @@ KVCacheConfig ComputeKVCacheConfig(const KVCacheSizingOptions& o) {
                                                                   << ", num_kv_heads "
                                                                   << o.shape.num_kv_heads << ")");
 
+  c.side_pool_sequences = o.max_num_seqs;
+  c.side_pool_bytes = std::max<int64_t>(o.max_num_seqs, 0) * KVSidePoolBytesPerSequence(o.shape, o.dtype, o.quant) *
+                      o.kv_copies;
   int64_t budget = 0;
   std::string source;
   if (o.kv_cache_memory_bytes) {
@@ -126,18 +129,22 @@ KVCacheConfig ComputeKVCacheConfig(const KVCacheSizingOptions& o) {
                   << " were free when pagoda started (other processes hold the rest): lower "
                   << "--gpu-memory-utilization to at most "
                   << static_cast<double>(o.device_free_bytes) / static_cast<double>(o.device_total_bytes));
-    budget = limit - o.non_kv_bytes;
+    budget = limit - o.non_kv_bytes - c.side_pool_bytes;
     PAGODA_ENSURE(budget > 0, ErrorCode::kResourceExhausted,
                   "--gpu-memory-utilization " << f << " allows " << MiB(limit) << " of the "
                   << MiB(o.device_total_bytes) << " device, but weights and activations "
                   << "already take " << MiB(o.non_kv_bytes)
+                  << (c.side_pool_bytes > 0 ? " and the side pool of " + std::to_string(o.max_num_seqs) +
+                                                  " sequences " + MiB(c.side_pool_bytes)
+                                            : std::string())
                   << ": raise --gpu-memory-utilization or use a smaller model or dtype");
     source = "--gpu-memory-utilization " + std::to_string(f);
   } else {
     const int64_t avail =
         o.cpu_available_bytes >= 0 ? o.cpu_available_bytes : ReadMemAvailableBytes();
     budget = static_cast<int64_t>(kDefaultCpuKVFraction *
-                                  static_cast<double>(std::max<int64_t>(0, avail - o.non_kv_bytes)));
+                                  static_cast<double>(std::max<int64_t>(0, avail - o.non_kv_bytes))) -
+             c.side_pool_bytes;
     if (o.max_kv_tokens > 0) {
       const int64_t cap_blocks = (o.max_kv_tokens + o.block_size - 1) / o.block_size;
       budget = std::min(budget, cap_blocks * o.block_size * c.bytes_per_token);
@@ -163,7 +170,7 @@ KVCacheConfig ComputeKVCacheConfig(const KVCacheSizingOptions& o) {
 }
 
 std::string FormatKVCacheConfig(const KVCacheConfig& c) {
-  char buf[256];
+  char buf[384];
   std::snprintf(buf, sizeof(buf),
                 "KV cache: %lld blocks x %lld tokens = %lld tokens (%s, %s); max concurrency at "
                 "max_model_len %lld: %.2fx",
@@ -171,7 +178,12 @@ std::string FormatKVCacheConfig(const KVCacheConfig& c) {
                 static_cast<long long>(c.num_tokens()), FormatBytes(c.memory_bytes()).c_str(),
                 std::string(KVCacheDTypeName(c.dtype)).c_str(),
                 static_cast<long long>(c.max_model_len), c.max_concurrency());
-  return buf;
+  std::string line = buf;
+  if (c.side_pool_bytes > 0) {
+    line += "; side pool (bf16 blocks) " + FormatBytes(c.side_pool_bytes) + " for " +
+            std::to_string(c.side_pool_sequences) + " sequences";
+  }
+  return line;
 }
 
 }  // namespace pagoda

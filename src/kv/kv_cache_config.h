@@ -1,7 +1,8 @@
 // Sizing the KV cache: how many blocks, from which memory budget, and the start-up line
 //   KV cache: 2048 blocks x 16 tokens = 32768 tokens (64.0 MiB, bf16); max concurrency at max_model_len 4096: 8.00x
 //
-// The budget, first match wins:
+// The budget, first match wins (less, for 2 and 3, the side pool of --max-num-seqs live
+// sequences when kivi2, --kv-sink-tokens or --kv-recent-tokens need one; printed after the line):
 //   1. --kv-cache-memory SIZE                 exactly that many bytes;
 //   2. --gpu-memory-utilization F, on a device that reports its total memory:
 //        F x device_total - non_kv_bytes      (this process's weights + peak activations +
@@ -56,6 +57,7 @@ struct KVCacheSizingOptions {
   int64_t cpu_available_bytes = -1;  // CPU: MemAvailable; -1 reads /proc/meminfo
   int64_t max_kv_tokens = 0;         // CPU default only: no more tokens than this (0: no cap)
   int64_t kv_copies = 1;             // copies of the shape's bytes per token stored (Model::KVCopies)
+  int64_t max_num_seqs = 0;          // --max-num-seqs: the side pool's reservation (0: none)
 };
 
 struct KVCacheConfig {
@@ -64,6 +66,10 @@ struct KVCacheConfig {
   int64_t bytes_per_token = 0;
   int64_t max_model_len = 0;
   KVCacheDType dtype = KVCacheDType::kBF16;
+  // The side pool's bytes for max_num_seqs live sequences (KVSidePoolBytesPerSequence), kept
+  // out of a --gpu-memory-utilization or CPU-default budget; 0 when no policy needs the pool.
+  int64_t side_pool_bytes = 0;
+  int64_t side_pool_sequences = 0;
 
   int64_t num_tokens() const { return num_blocks * block_size; }
   int64_t memory_bytes() const { return num_tokens() * bytes_per_token; }

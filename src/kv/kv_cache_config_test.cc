@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "kv/kv_layout.h"
 
 namespace pagoda {
 namespace {
@@ -86,6 +87,43 @@ TEST(KVCacheConfigTest, GpuMemoryUtilizationLeavesRoomForWeights) {
   EXPECT_EQ(c.memory_bytes(), 256LL << 20);
   o.non_kv_bytes = 600LL << 20;
   EXPECT_THROW(ComputeKVCacheConfig(o), Error);
+}
+
+// kivi2's residual and sink / recent tokens keep bf16 block copies beside the cache, a tail
+// block and the sink blocks a live sequence: --max-num-seqs of them come out of a
+// --gpu-memory-utilization budget (not out of an explicit --kv-cache-memory), and the start-up
+// line says so.
+TEST(KVCacheConfigTest, TheSidePoolOfLiveSequencesComesOutOfTheBudget) {
+  const KVShape tiny = Tiny().shape;
+  // A bf16 block of one layer: 16 tokens x 2 heads x (64 + 64) x 2 bytes = 8 KiB; 4 layers.
+  KVQuantOptions kivi2;
+  EXPECT_EQ(KVSidePoolBytesPerSequence(tiny, KVCacheDType::kKivi2, kivi2), 4 * 8192);
+  KVQuantOptions sink_recent;
+  sink_recent.sink_tokens = 20;  // two blocks hold positions < 20
+  sink_recent.recent_tokens = 4;
+  sink_recent.skip_layers = {0};  // a bf16 layer keeps no copies
+  EXPECT_EQ(KVSidePoolBytesPerSequence(tiny, KVCacheDType::kInt4, sink_recent), 3 * 3 * 8192);
+  EXPECT_EQ(KVSidePoolBytesPerSequence(tiny, KVCacheDType::kInt4), 0);
+  EXPECT_EQ(KVSidePoolBytesPerSequence(tiny, KVCacheDType::kBF16, sink_recent), 0);
+
+  KVCacheSizingOptions o = Tiny();
+  o.dtype = KVCacheDType::kKivi2;
+  o.gpu_memory_utilization = 0.5;
+  o.device_total_bytes = 1LL << 30;
+  o.non_kv_bytes = 256LL << 20;
+  const int64_t without = ComputeKVCacheConfig(o).memory_bytes();
+  o.max_num_seqs = 64;
+  const KVCacheConfig c = ComputeKVCacheConfig(o);
+  EXPECT_EQ(c.side_pool_bytes, 64 * 4 * 8192);
+  EXPECT_LE(c.memory_bytes(), (256LL << 20) - c.side_pool_bytes);
+  EXPECT_LT(c.memory_bytes(), without);
+  EXPECT_NE(FormatKVCacheConfig(c).find("; side pool (bf16 blocks) 2.0 MiB for 64 sequences"), std::string::npos)
+      << FormatKVCacheConfig(c);
+  o.gpu_memory_utilization.reset();
+  o.kv_cache_memory_bytes = 64LL << 20;  // exactly this much cache; the pool is extra
+  EXPECT_GT(ComputeKVCacheConfig(o).memory_bytes(), (64LL << 20) - (1LL << 20));
+  o.dtype = KVCacheDType::kFp8E4M3;
+  EXPECT_EQ(FormatKVCacheConfig(ComputeKVCacheConfig(o)).find("side pool"), std::string::npos);
 }
 
 // The fraction is this process's limit (vLLM's per-instance meaning): what other processes

@@ -107,6 +107,17 @@ int64_t KVBytesPerToken(const KVShape& s, KVCacheDType dtype, const KVQuantOptio
          skipped * KVBytesPerTokenPerLayer(s, KVCacheDType::kBF16, o);
 }
 
+int64_t KVSidePoolBytesPerSequence(const KVShape& s, KVCacheDType dtype, const KVQuantOptions& o) {
+  if (!IsQuantizedKV(dtype) || s.mla) return 0;
+  const int64_t blocks = (dtype == KVCacheDType::kKivi2 || o.recent_tokens > 0 ? 1 : 0) +
+                         CeilDiv(std::max<int64_t>(o.sink_tokens, 0), o.block_size);
+  int64_t layers = 0;
+  for (int64_t l = 0; l < s.num_layers; ++l) {
+    layers += std::find(o.skip_layers.begin(), o.skip_layers.end(), l) == o.skip_layers.end();
+  }
+  return blocks * layers * o.block_size * s.num_kv_heads * (s.head_dim_k + s.head_dim_v) * 2;
+}
+
 std::string FormatBytes(int64_t bytes) {
   char buf[64];
   const double mib = static_cast<double>(bytes) / (1024.0 * 1024.0);

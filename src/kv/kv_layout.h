@@ -17,7 +17,7 @@
 // heavy_tokens K adds per block and array [valid u8][K offsets][K x heads x d bf16] padded
 // to whole bytes per token: ceil((1 + K + 2 K heads d) / B) per token, for K and for V.
 // Layers in skip_layers count as bf16. The wide side pool of sink/recent/kivi2-residual
-// tokens is not per token (bounded per sequence) and not counted here.
+// tokens is not per token (bounded per sequence): KVSidePoolBytesPerSequence.
 // MLA caches the latent c_kv (kv_lora_rank) in the format and k_pe (qk_rope_head_dim)
 // in bf16 (RoPE-aware: the rotary part stays wide), unless quantize_rope is set.
 #pragma once
@@ -76,6 +76,14 @@ int64_t KVBytesPerTokenPerLayer(const KVShape& shape, KVCacheDType dtype,
 // Bytes one token occupies across all layers. The single source of truth.
 int64_t KVBytesPerToken(const KVShape& shape, KVCacheDType dtype,
                         const KVQuantOptions& options = {});
+
+// The side pool (backend/kv_storage.h, backend/wide_pool.h): bf16 copies of whole blocks of the
+// quantized layers, for kivi2's residual and --kv-sink-tokens / --kv-recent-tokens. What one
+// live sequence holds there: its tail block (kivi2, recent tokens) and the blocks that hold its
+// sink positions, B x heads x (dk + dv) x 2 bytes a block and layer. 0 when no policy needs it
+// (and for MLA, which refuses them). Cached blocks that hold sink positions keep their copies
+// after their sequence ends: more than this, bounded by the prefix cache.
+int64_t KVSidePoolBytesPerSequence(const KVShape& shape, KVCacheDType dtype, const KVQuantOptions& options = {});
 
 // "64.0 MiB" below 1 GiB, else "1.50 GiB".
 std::string FormatBytes(int64_t bytes);
