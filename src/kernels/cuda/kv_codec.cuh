@@ -159,33 +159,52 @@ __device__ __forceinline__ float Fp4E2M1ToFloat(uint32_t c) {
   return (c & 8u) ? -mag : mag;
 }
 
+// What DequantizeBlockValue needs of a KVArrayFormat, with the row layout worked out once (on
+// the host: no 64-bit divisions a value).
+struct BlockValueFormat {
+  KVQuant quant = KVQuant::kNone;
+  bool per_channel = false;
+  int d = 0, group = 0, row_bytes = 0, num_heads = 0, block_size = 0;
+  float tensor_scale = 1.0f;  // nvfp4's per-tensor scale (1: none)
+};
+inline BlockValueFormat MakeBlockValueFormat(const KVArrayFormat& f) {
+  BlockValueFormat b;
+  b.quant = f.quant;
+  b.per_channel = f.per_channel;
+  b.d = static_cast<int>(f.head_dim);
+  b.group = static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim);
+  b.row_bytes = static_cast<int>(DeviceKVRowBytes(f));
+  b.num_heads = static_cast<int>(f.num_heads);
+  b.block_size = static_cast<int>(f.block_size);
+  b.tensor_scale = f.tensor_scale > 0.0f ? f.tensor_scale : 1.0f;
+  return b;
+}
+
 // Value i of (offset, head) in a block of any format the backend stores, as kv/kv_codec.cc's
 // DequantizeKVRow computes it (code x stored scale; kivi2: min + code x scale, per token for
 // values and per (head, channel) over the block for keys). One value at a time: the side pool's
-// attention kernel (paged_attention_wide.cu) reads codes where it does not read wide copies.
+// attention kernels (paged_attention_wide.cu) read codes where they do not read wide copies.
 // REQUIRES: f.quant != kNone; no heavy rows.
-__device__ inline float DequantizeBlockValue(const KVArrayFormat& f, const uint8_t* block, int64_t offset,
-                                             int64_t head, int i) {
-  const int d = static_cast<int>(f.head_dim);
-  const int g = static_cast<int>(f.group < f.head_dim ? f.group : f.head_dim);
+__device__ inline float DequantizeBlockValue(const BlockValueFormat& f, const uint8_t* block, int offset, int head,
+                                             int i) {
+  const int d = f.d, g = f.group;
   if (f.per_channel) {  // kivi2 keys: [heads x d x (scale, min)], then the heads' rows of codes
     const uint8_t* meta = block + (head * d + i) * 4;
-    const uint8_t* row = block + f.num_heads * d * 4 + (head * f.block_size + offset) * ((d + 3) / 4);
+    const uint8_t* row = block + f.num_heads * d * 4 + (head * f.block_size + offset) * f.row_bytes;
     const int q = (row[i / 4] >> (2 * (i % 4))) & 3;
     return __fadd_rn(LoadRowF16(meta + 2), __fmul_rn(static_cast<float>(q), LoadRowF16(meta)));
   }
-  const uint8_t* row = block + DeviceKVRowIndex(offset, head, f.num_heads, f.block_size) * DeviceKVRowBytes(f);
+  const uint8_t* row = block + (head * f.block_size + offset) * f.row_bytes;  // head-major rows
   switch (f.quant) {
     case KVQuant::kFp8E4M3: return DequantizeAt<Fp8E4M3Row>(row, i, d, g);
     case KVQuant::kFp8E5M2: return DequantizeAt<Fp8E5M2Row>(row, i, d, g);
-    case KVQuant::kInt8: return DequantizeAt<Int8Row>(row, i, d, g);
+    case KVQuant::kInt8: return __fmul_rn(static_cast<float>(static_cast<int8_t>(row[i])), LoadRowF16(row + d + 2 * (i / g)));
     case KVQuant::kInt4: {
       const int q = ((row[i / 2] >> (4 * (i % 2))) & 15) - 8;
       return __fmul_rn(static_cast<float>(q), LoadRowF16(row + (d + 1) / 2 + 2 * (i / g)));
     }
     case KVQuant::kNvfp4: {
-      const float global = f.tensor_scale > 0.0f ? f.tensor_scale : 1.0f;
-      const float s = __fmul_rn(Fp8ToFloat(row[(d + 1) / 2 + i / 16], Fp8E4M3Row{}), global);
+      const float s = __fmul_rn(Fp8ToFloat(row[(d + 1) / 2 + i / 16], Fp8E4M3Row{}), f.tensor_scale);
       return __fmul_rn(Fp4E2M1ToFloat((row[i / 2] >> (4 * (i % 2))) & 15u), s);
     }
     case KVQuant::kKivi2: {

@@ -33,7 +33,8 @@ constexpr int kThreads = 128;
 constexpr int kMaxPerThread = 4;  // head_dim <= 512
 
 template <typename W>
-__global__ void __launch_bounds__(kThreads) WideAttentionKernel(PagedAttentionParams p, int64_t k_block_bytes,
+__global__ void __launch_bounds__(kThreads) WideAttentionKernel(PagedAttentionParams p, BlockValueFormat kf,
+                                                                BlockValueFormat vf, int64_t k_block_bytes,
                                                                 int64_t v_block_bytes) {
   const int64_t t = blockIdx.x, h = blockIdx.y;
   const int hd = static_cast<int>(p.head_dim);
@@ -71,7 +72,9 @@ __global__ void __launch_bounds__(kThreads) WideAttentionKernel(PagedAttentionPa
         v_offset[threadIdx.x] = -1;
       } else {
         const uint8_t* k = k_cache + block * k_block_bytes;
-        for (int d = 0; d < hd; ++d) dot = fmaf(q[d], DequantizeBlockValue(p.k_format, k, offset, kv_h, d), dot);
+        for (int d = 0; d < hd; ++d) {
+          dot = fmaf(q[d], DequantizeBlockValue(kf, k, static_cast<int>(offset), static_cast<int>(kv_h), d), dot);
+        }
         v_src[threadIdx.x] = v_cache + block * v_block_bytes;
         v_offset[threadIdx.x] = static_cast<int32_t>(offset);
       }
@@ -80,7 +83,7 @@ __global__ void __launch_bounds__(kThreads) WideAttentionKernel(PagedAttentionPa
     __syncthreads();
     state.AddTile(scores, n, hd, [&](int j, int d) {
       return v_offset[j] < 0 ? ToFloat(reinterpret_cast<const W*>(v_src[j])[d])
-                             : DequantizeBlockValue(p.v_format, v_src[j], v_offset[j], kv_h, d);
+                             : DequantizeBlockValue(vf, v_src[j], v_offset[j], static_cast<int>(kv_h), d);
     });
   }
   state.Store(p.out + (t * p.num_heads + h) * hd, hd);
@@ -111,7 +114,8 @@ constexpr int64_t kSplitModeMaxTokens = 64;
 // [t][h][split] (m, l) pairs; a token with one split writes its output. In-block mode: block
 // (t, kvh) walks the splits.
 template <typename W, int HD, int G, bool kSplitMode>
-__global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentionParams p, int64_t k_block_bytes,
+__global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentionParams p, BlockValueFormat kf,
+                                                                   BlockValueFormat vf, int64_t k_block_bytes,
                                                                    int64_t v_block_bytes, float* partial) {
   constexpr int kOut = G * HD / kGroupThreads > 0 ? G * HD / kGroupThreads : 1;
   __shared__ float q_s[G][HD];
@@ -165,8 +169,8 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
           k_s[j][d] = ToFloat(k_wide[src + d]);
           v_s[j][d] = ToFloat(v_wide[src + d]);
         } else {
-          k_s[j][d] = DequantizeBlockValue(p.k_format, k_cache + src * k_block_bytes, off, kvh, d);
-          v_s[j][d] = DequantizeBlockValue(p.v_format, v_cache + src * v_block_bytes, off, kvh, d);
+          k_s[j][d] = DequantizeBlockValue(kf, k_cache + src * k_block_bytes, off, kvh, d);
+          v_s[j][d] = DequantizeBlockValue(vf, v_cache + src * v_block_bytes, off, kvh, d);
         }
       }
       __syncthreads();
@@ -251,7 +255,7 @@ void LaunchWideGrouped(const PagedAttentionParams& p, int64_t max_keys, float* s
     const int splits = GroupedAttentionSplits(max_keys);
     const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads),
                     static_cast<unsigned>(splits));
-    WideGroupedKernel<W, HD, G, true><<<grid, kGroupThreads, 0, stream>>>(p, kb, vb, scratch);
+    WideGroupedKernel<W, HD, G, true><<<grid, kGroupThreads, 0, stream>>>(p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb, scratch);
     PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel");
     if (splits > 1) {
       MergeSplitsKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
@@ -261,7 +265,7 @@ void LaunchWideGrouped(const PagedAttentionParams& p, int64_t max_keys, float* s
     return;
   }
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads));
-  WideGroupedKernel<W, HD, G, false><<<grid, kGroupThreads, 0, stream>>>(p, kb, vb, scratch);
+  WideGroupedKernel<W, HD, G, false><<<grid, kGroupThreads, 0, stream>>>(p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb, scratch);
   PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel");
 }
 
@@ -318,9 +322,9 @@ void PagedAttentionWide(const PagedAttentionParams& p, int64_t max_keys, float* 
   }
   if (done) return;
   switch (p.wide_dtype) {
-    case DType::kF32: WideAttentionKernel<float><<<grid, kThreads, smem, stream>>>(p, kb, vb); break;
-    case DType::kBF16: WideAttentionKernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(p, kb, vb); break;
-    case DType::kF16: WideAttentionKernel<__half><<<grid, kThreads, smem, stream>>>(p, kb, vb); break;
+    case DType::kF32: WideAttentionKernel<float><<<grid, kThreads, smem, stream>>>(p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb); break;
+    case DType::kBF16: WideAttentionKernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb); break;
+    case DType::kF16: WideAttentionKernel<__half><<<grid, kThreads, smem, stream>>>(p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb); break;
     default: ThrowUnsupported("CUDA PagedAttentionWide: wide element type " + std::string(DTypeName(p.wide_dtype)));
   }
   PAGODA_CUDA_CHECK_LAUNCH("WideAttentionKernel");
