@@ -170,7 +170,7 @@ KVCacheConfig ComputeKVCacheConfig(const KVCacheSizingOptions& o) {
 }
 
 std::string FormatKVCacheConfig(const KVCacheConfig& c) {
-  char buf[384];
+  char buf[256];
   std::snprintf(buf, sizeof(buf),
                 "KV cache: %lld blocks x %lld tokens = %lld tokens (%s, %s); max concurrency at "
                 "max_model_len %lld: %.2fx",
