@@ -2,7 +2,7 @@
 // measured in the same run (run by scripts/gpu-check beside ../shared/tools/gpu_baselines.py).
 //
 //   pagoda_cuda_bench [--quick] [--gemm-only] [--attention-only] [--prefill-attention-only]
-//                     [--sampling-only] [--model-only]
+//                     [--decode-attention-only] [--sampling-only] [--model-only] [--shapes-only]
 //                     [--model dummy:llama-3-8b]
 //                     [--enforce-eager]
 //                     [--profile-decode B]  (decode at batch B only, its last 2 graphed steps in a
@@ -37,6 +37,8 @@
 #include "backend/cuda_backend.h"
 #include "backend/step_description.h"
 #include "core/dtype.h"
+#include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/paged_attention.h"
 #include "kernels/params/attention_params.h"
 #include "kernels/params/sampling_params.h"
 #include "kv/kv_codec.h"
@@ -159,7 +161,7 @@ void BeginLastTokens(CudaBackend& gpu, KVCache& cache, const std::vector<std::ve
 }
 
 void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, double copy_gbs,
-                          KVQuant quant = KVQuant::kNone) {
+                          KVQuant quant = KVQuant::kNone, int64_t sink = 0, int64_t recent = 0) {
   const int64_t heads = 32, kv_heads = 8, dim = 128, block = 16;
   const int64_t blocks_per_seq = (context + block - 1) / block;
   KVStorageShape shape;
@@ -170,6 +172,8 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
   shape.head_dim = dim;
   shape.dtype = DType::kBF16;
   shape.quant = quant;
+  shape.sink_tokens = sink;
+  shape.recent_tokens = recent;
   auto cache = gpu.CreateKVCache(shape);
   std::vector<std::shared_ptr<float>> keep;
   // Random block ids: the tables scattered over the cache.
@@ -196,10 +200,32 @@ void BenchDecodeAttention(CudaBackend& gpu, int64_t batch, int64_t context, doub
   const KVLayerFormats f = LayerKVFormats(shape, 0);
   const double bytes =
       static_cast<double>(batch) * context * static_cast<double>(KVBlockBytes(f.k) + KVBlockBytes(f.v)) / block;
-  std::printf("decode-attn batch=%lld ctx=%lld 32q/8kv d128 %-8s %8.1f us  %7.0f GB/s (%4.1f%% of copy)%s\n",
+  const bool side_pool = quant == KVQuant::kKivi2 || sink > 0 || recent > 0;
+  const std::string policy = sink > 0 || recent > 0 ? " sink " + std::to_string(sink) + " recent " + std::to_string(recent) : "";
+  const char* path = !side_pool ? ""
+                     : cuda::SidePoolFlashOn() ? "  (side pool: codes spans on FlashAttention)"
+                                               : "  (side pool: SIMT)";
+  std::printf("decode-attn batch=%lld ctx=%lld 32q/8kv d128 %-8s %8.1f us  %7.0f GB/s (%4.1f%% of copy)%s%s\n",
               static_cast<long long>(batch), static_cast<long long>(context),
               quant == KVQuant::kNone ? "bf16" : KVQuantName(quant), t * 1e6, bytes / t / 1e9,
-              100.0 * bytes / t / 1e9 / copy_gbs, quant == KVQuant::kKivi2 ? "  (SIMT, side pool)" : "");
+              100.0 * bytes / t / 1e9 / copy_gbs, policy.c_str(), path);
+}
+
+// --shapes-only: decode steps of 64 and 128 sequences on the split shape (a warp a segment,
+// then a merge) and on the narrow one (a warp walks its token's segments): the same bits; which
+// is faster by batch and context (the model's batch-64 decode has 512-640-token contexts).
+void BenchDecodeShapes(CudaBackend& gpu, double copy_gbs) {
+  for (const int64_t batch : {int64_t{64}, int64_t{128}}) {
+    for (const int64_t context : {int64_t{576}, int64_t{2048}, int64_t{8192}}) {
+      for (const int64_t split_max : {cuda::kFlashSplitMaxTokens, int64_t{0}}) {
+        cuda::SetFlashSplitMaxTokens(split_max);
+        std::printf("  [%s] ", split_max > 0 ? "split " : "narrow");
+        std::fflush(stdout);
+        BenchDecodeAttention(gpu, batch, context, copy_gbs);
+      }
+    }
+  }
+  cuda::SetFlashSplitMaxTokens(cuda::kFlashSplitMaxTokens);
 }
 
 // MLA decode in its absorbed form over the latent cache (DeepSeek-V3: kv_lora_rank 512 + rope 64
@@ -551,7 +577,8 @@ void BenchLongContextDecode(CudaBackend& gpu, Model& model, const std::string& n
 int main(int argc, char** argv) {
   using namespace pagoda;
   bool quick = false, eager = false, gemm_only = false, attention_only = false, sampling_only = false,
-       model_only = false, prefill_only = false;
+       model_only = false, prefill_only = false, shapes_only = false,
+       decode_attention_only = false;
   int64_t profile_batch = 0;
   std::string model;
   for (int i = 1; i < argc; ++i) {
@@ -562,6 +589,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--prefill-attention-only") == 0) prefill_only = true;
     if (std::strcmp(argv[i], "--sampling-only") == 0) sampling_only = true;
     if (std::strcmp(argv[i], "--model-only") == 0) model_only = true;
+    if (std::strcmp(argv[i], "--shapes-only") == 0) shapes_only = true;
+    if (std::strcmp(argv[i], "--decode-attention-only") == 0) attention_only = decode_attention_only = true;
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) model = argv[++i];
     if (std::strcmp(argv[i], "--profile-decode") == 0 && i + 1 < argc) profile_batch = std::atoll(argv[++i]);
   }
@@ -578,6 +607,10 @@ int main(int argc, char** argv) {
     }
     const double copy = CopyBandwidth(gpu);
     std::printf("copy d2d 2 GiB  %7.0f GB/s\n", copy);
+    if (shapes_only) {
+      BenchDecodeShapes(gpu, copy);
+      return 0;
+    }
     if (model_only) {
       BenchModel(gpu, model.empty() ? "dummy:llama-3-8b" : model, copy, quick, !eager, 0);
       return 0;
@@ -596,11 +629,21 @@ int main(int argc, char** argv) {
     // batch 64, 8K tokens (and 32K without --quick), against bf16.
     constexpr KVQuant kFormats[] = {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4};
     for (const KVQuant q : kFormats) BenchDecodeAttention(gpu, 64, 8192, copy, q);
-    // kivi2 through the side pool's SIMT kernel.
-    BenchDecodeAttention(gpu, 64, 8192, copy, KVQuant::kKivi2);
+    // The side pool (kivi2; sink and recent tokens over int4 and fp8): each query's codes span on
+    // FlashAttention and the rest (sink tokens, its own block's wide keys) on the SIMT kernel,
+    // then the SIMT kernel alone for every key.
+    for (const bool flash : {true, false}) {
+      cuda::SetSidePoolFlash(flash);
+      BenchDecodeAttention(gpu, 64, 8192, copy, KVQuant::kKivi2);
+      BenchDecodeAttention(gpu, 64, 8192, copy, KVQuant::kInt4, 4, 16);
+      if (flash) BenchDecodeAttention(gpu, 64, 8192, copy, KVQuant::kFp8E4M3, 4, 0);
+    }
+    cuda::SetSidePoolFlash(true);
+    if (!quick) BenchDecodeAttention(gpu, 64, 32768, copy, KVQuant::kKivi2);
     if (!quick) {
       for (const KVQuant q : kFormats) BenchDecodeAttention(gpu, 64, 32768, copy, q);
     }
+    if (decode_attention_only) return 0;
     BenchPrefillAttentions(gpu, quick);
     if (attention_only) return 0;
     BenchSampling(gpu, quick);

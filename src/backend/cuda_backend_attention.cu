@@ -84,29 +84,19 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
   p.block_tables = s_->token_tables.Get<const int32_t*>(0);
   p.scale = a.scale;
   p.sliding_window = a.sliding_window;
-  if (c.uses_wide(layer)) {  // kivi2, sink or recent tokens: some keys from the side pool
-    p.k_wide = c.k_wide(layer);
-    p.v_wide = c.v_wide(layer);
-    p.wide_dtype = c.shape().dtype;
-    p.wide_index = c.wide_index();
-    p.sink_tokens = c.shape().sink_tokens;
-    p.recent_tokens = c.shape().recent_tokens;
-    p.own_block_wide = c.k_format(layer).quant == KVQuant::kKivi2;
-    // A captured graph's grid covers every split: it serves any later context.
-    const int64_t keys = s_->graphs->capturing() ? int64_t{1} << 40 : s_->max_keys;
-    float* scratch =
-        s_->attention_partial.Get<float>(cuda::PagedAttentionWideScratchFloats(q.rows, a.num_heads, a.head_dim));
-    cuda::PagedAttentionWide(p, keys, scratch, s_->stream);
-    return;
-  }
-  if (cuda::FlashAttentionSupports(p)) {
+  // FlashAttention over p (its output, and for side-pool steps the log-sum-exps, in scratch's
+  // tail); the o GEMM's bf16 input beside it where allowed.
+  auto run_flash = [&](PagedAttentionParams& fp, bool bf16_out) {
     // A captured graph serves the later steps of its split depth (StepGraphs' shape).
     const int64_t keys = s_->max_keys;
     State& s = *s_;
-    const cuda::FlashShape shape = cuda::ChooseFlashShape(q.rows, s.step->num_seqs());
+    cuda::FlashShape shape = cuda::ChooseFlashShape(q.rows, s.step->num_seqs());
+    // kivi2 runs the one-warp shapes only: a long prefill step walks each token's keys by a warp
+    // (the narrow shape serves any tokens; the same bits as the wide shape would give).
+    if (shape == cuda::FlashShape::kWide && fp.k_format.quant == KVQuant::kKivi2) shape = cuda::FlashShape::kNarrow;
     const cuda::FlashWorkItem* items = nullptr;
     if (shape == cuda::FlashShape::kWide) {
-      const int64_t per_item = cuda::FlashTokensPerItem(p, keys);
+      const int64_t per_item = cuda::FlashTokensPerItem(fp, keys);
       if (s.flash_items_serial != s.step_serial || s.flash_items_per_item != per_item) {
         const std::vector<cuda::FlashWorkItem> list = cuda::FlashWorkItems(s.step->query_start_loc, per_item);
         s.flash_items.Upload(list.data(), static_cast<int64_t>(list.size()));
@@ -116,16 +106,45 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
       }
       items = s.flash_items.Get<cuda::FlashWorkItem>(s.num_flash_items);
     }
-    float* scratch = s.attention_partial.Get<float>(cuda::FlashAttentionScratchFloats(q.rows, a.num_heads, a.head_dim));
+    const int64_t partial = cuda::FlashAttentionScratchFloats(q.rows, a.num_heads, a.head_dim);
+    float* scratch = s.attention_partial.Get<float>(partial + (fp.codes_only ? q.rows * a.num_heads : 0));
+    if (fp.codes_only) fp.lse = scratch + partial;
     // The o GEMM's input in bf16 too (State::XBf16), where the output rows are contiguous.
     uint16_t* out_bf16 = nullptr;
     const int64_t cols = a.num_heads * a.head_dim;
-    if (s.x_bf16_on && cuda::GemmConvertsX(q.rows) && out.cols == cols && out.row_stride == cols) {
+    if (bf16_out && s.x_bf16_on && cuda::GemmConvertsX(q.rows) && out.cols == cols && out.row_stride == cols) {
       out_bf16 = s.gemm_x.Get<uint16_t>(q.rows * cols);
       s.x_bf16 = State::XBf16{out.f32(), out_bf16, q.rows, cols, s.op_serial};
     }
-    cuda::FlashAttention(p, shape, keys, items, s.num_flash_items, scratch, s.stream, out_bf16,
+    cuda::FlashAttention(fp, shape, keys, items, s.num_flash_items, scratch, s.stream, out_bf16,
                          s.gemm_pdl && q.rows <= kPdlMaxRows);
+  };
+  if (c.uses_wide(layer)) {  // kivi2, sink or recent tokens: some keys from the side pool
+    p.k_wide = c.k_wide(layer);
+    p.v_wide = c.v_wide(layer);
+    p.wide_dtype = c.shape().dtype;
+    p.wide_index = c.wide_index();
+    p.sink_tokens = c.shape().sink_tokens;
+    p.recent_tokens = c.shape().recent_tokens;
+    p.own_block_wide = c.k_format(layer).quant == KVQuant::kKivi2;
+    // Formats FlashAttention reads: it takes each query's keys that read codes whatever the
+    // side pool holds, the SIMT kernel the few others (sink tokens, the own block's wide keys).
+    PagedAttentionParams fp = p;
+    fp.codes_only = true;
+    if (cuda::SidePoolFlashOn() && cuda::FlashAttentionSupports(fp) && cuda::PagedAttentionWideRestServes(fp)) {
+      run_flash(fp, false);
+      cuda::PagedAttentionWideRest(fp, s_->stream);
+      return;
+    }
+    // A captured graph's grid covers every split: it serves any later context.
+    const int64_t keys = s_->graphs->capturing() ? int64_t{1} << 40 : s_->max_keys;
+    float* scratch =
+        s_->attention_partial.Get<float>(cuda::PagedAttentionWideScratchFloats(q.rows, a.num_heads, a.head_dim));
+    cuda::PagedAttentionWide(p, keys, scratch, s_->stream);
+    return;
+  }
+  if (cuda::FlashAttentionSupports(p)) {
+    run_flash(p, true);
     return;
   }
   // The grouped kernel's captured grid covers every split: it serves any later context.

@@ -14,6 +14,7 @@
 #include "backend/cuda_backend.h"
 #include "core/dtype.h"
 #include "backend/kv_storage.h"
+#include "kernels/cuda/paged_attention.h"
 #include "kv/kv_codec.h"
 #include "tests/cuda/cuda_ops_fixture.h"
 
@@ -99,102 +100,117 @@ TEST_F(CudaOpsTest, QuantizedKVWritesTheCpuBytes) {
 // kernels/cuda/kv_wide.h, paged_attention_wide.cu) against the CPU's KVStorage: two sequences
 // prefilled in two chunks, one of them forked (copy-on-write of its partial tail block), then
 // decoded step by step across block boundaries. Every step's attention output within the f32
-// tolerance of the CPU's (both read the same values: dequantized codes or the same bf16 wide
-// rows), and at the end every block's bytes equal the CPU's (kivi2 keys quantized per channel
+// tolerance of the CPU's on the SIMT kernel alone (both read the same values: dequantized codes
+// or the same bf16 wide rows), within the bf16 tolerance with FlashAttention taking each
+// query's codes span (the split PagedAttentionWideRest merges), and at the end every block's bytes equal the CPU's (kivi2 keys quantized per channel
 // from the wide copy once the block filled, kivi2 values per token). A skipped layer stays bf16.
 TEST_F(CudaOpsTest, SidePoolMatchesTheCpu) {
-  const int64_t kv_heads = 2, heads = 8, hd = 64, layers = 2;
+  const int64_t kv_heads = 2, heads = 8, layers = 2;
   struct Case {
     KVQuant quant;
     int64_t group, block_size, sink, recent;
     bool skip_layer;
+    int64_t hd = 64;
   };
+  // kivi2 with blocks of 16+ slots and groups of 32k values runs its codes spans on FlashAttention
+  // (head dims 64 and 128, a sink); the other kivi2 cases on the SIMT kernel alone.
   for (const Case& cs : {Case{KVQuant::kKivi2, 32, 8, 0, 0, false}, Case{KVQuant::kKivi2, 16, 16, 0, 0, true},
-                         Case{KVQuant::kKivi2, 32, 8, 5, 0, false}, Case{KVQuant::kInt4, 32, 8, 5, 0, false},
+                         Case{KVQuant::kKivi2, 32, 8, 5, 0, false}, Case{KVQuant::kKivi2, 32, 16, 0, 0, false},
+                         Case{KVQuant::kKivi2, 32, 32, 5, 0, false, 128}, Case{KVQuant::kInt4, 32, 8, 5, 0, false},
                          Case{KVQuant::kFp8E4M3, 32, 8, 0, 3, false}, Case{KVQuant::kInt8, 32, 16, 20, 4, false},
                          Case{KVQuant::kNvfp4, 16, 8, 9, 2, true}}) {
-    const int64_t bs = cs.block_size;
-    SCOPED_TRACE(std::string(KVQuantName(cs.quant)) + " group " + std::to_string(cs.group) + ", block " +
-                 std::to_string(bs) + ", sink " + std::to_string(cs.sink) + ", recent " + std::to_string(cs.recent));
-    // Sequence 0: 13 + 9 prompt tokens; sequence 1: 150 + 6 (a step of more than 64 tokens: blocks
-    // walking their splits; keys past 128: two splits); sequence 2: sequence 0 forked after its
-    // prompt (its partial tail block copied). Then 12 decode steps of all three (a block a split
-    // and a merge).
-    const int64_t decode_steps = 12, len0 = 22, len1 = 156;
-    const int64_t blocks0 = (len0 + decode_steps + bs - 1) / bs, blocks1 = (len1 + decode_steps + bs - 1) / bs;
-    std::vector<std::vector<int32_t>> tables(3);
-    int32_t next = 0;
-    for (int64_t b = 0; b < blocks0; ++b) tables[0].push_back(next++);
-    for (int64_t b = 0; b < blocks1; ++b) tables[1].push_back(next++);
-    std::reverse(tables[1].begin(), tables[1].end());  // not in order
-    tables[2] = tables[0];
-    for (int64_t b = len0 / bs; b < blocks0; ++b) tables[2][b] = next++;  // from its first partial block on
-    KVStorageShape shape = CacheShape(layers, next, bs, kv_heads, hd, DType::kBF16);
-    shape.quant = cs.quant;
-    shape.group_size = cs.group;
-    shape.sink_tokens = cs.sink;
-    shape.recent_tokens = cs.recent;
-    if (cs.skip_layer) shape.wide_layers = {1};
-    auto cache_c = cpu_.CreateKVCache(shape);
-    auto cache_g = gpu_->CreateKVCache(shape);
-    const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
-    const AttentionLayer layer{heads, kv_heads, hd, scale, 0};
-    uint32_t seed = 1000;
-    // Runs one step on both backends and compares the attention outputs, layer by layer.
-    auto run = [&](const std::vector<int>& seqs, const std::vector<int64_t>& first, const std::vector<int64_t>& count,
-                   const std::string& what) {
-      StepBuilder b;
-      b.Reset(bs);
-      for (size_t i = 0; i < seqs.size(); ++i) {
-        const std::vector<int32_t> tokens(first[i] + count[i], 7);
-        b.AddSequence(tokens, first[i], count[i], tables[seqs[i]]);
+    const int64_t hd = cs.hd;
+    for (const bool flash : {false, true}) {
+      cuda::SetSidePoolFlash(flash);
+      const int64_t bs = cs.block_size;
+      SCOPED_TRACE(std::string(KVQuantName(cs.quant)) + " group " + std::to_string(cs.group) + ", block " +
+                   std::to_string(bs) + ", sink " + std::to_string(cs.sink) + ", recent " + std::to_string(cs.recent) +
+                   ", head dim " + std::to_string(hd) +
+                   (flash ? ", codes spans on FlashAttention" : ", SIMT only"));
+      // FlashAttention's part (the keys each query surely reads from codes, where it serves the
+      // format) rounds Q and P to 16 bits: the bf16 attention tolerance.
+      const double quant_tol = flash ? testing::kBf16AttentionTolerance : kF32Tolerance;
+      // Sequence 0: 13 + 9 prompt tokens; sequence 1: 150 + 6 (a step of more than 64 tokens: blocks
+      // walking their splits; keys past 128: two splits); sequence 2: sequence 0 forked after its
+      // prompt (its partial tail block copied). Then 12 decode steps of all three (a block a split
+      // and a merge).
+      const int64_t decode_steps = 12, len0 = 22, len1 = 156;
+      const int64_t blocks0 = (len0 + decode_steps + bs - 1) / bs, blocks1 = (len1 + decode_steps + bs - 1) / bs;
+      std::vector<std::vector<int32_t>> tables(3);
+      int32_t next = 0;
+      for (int64_t b = 0; b < blocks0; ++b) tables[0].push_back(next++);
+      for (int64_t b = 0; b < blocks1; ++b) tables[1].push_back(next++);
+      std::reverse(tables[1].begin(), tables[1].end());  // not in order
+      tables[2] = tables[0];
+      for (int64_t b = len0 / bs; b < blocks0; ++b) tables[2][b] = next++;  // from its first partial block on
+      KVStorageShape shape = CacheShape(layers, next, bs, kv_heads, hd, DType::kBF16);
+      shape.quant = cs.quant;
+      shape.group_size = cs.group;
+      shape.sink_tokens = cs.sink;
+      shape.recent_tokens = cs.recent;
+      if (cs.skip_layer) shape.wide_layers = {1};
+      auto cache_c = cpu_.CreateKVCache(shape);
+      auto cache_g = gpu_->CreateKVCache(shape);
+      const float scale = static_cast<float>(1.0 / std::sqrt(double(hd)));
+      const AttentionLayer layer{heads, kv_heads, hd, scale, 0};
+      uint32_t seed = 1000;
+      // Runs one step on both backends and compares the attention outputs, layer by layer.
+      auto run = [&](const std::vector<int>& seqs, const std::vector<int64_t>& first, const std::vector<int64_t>& count,
+                     const std::string& what) {
+        StepBuilder b;
+        b.Reset(bs);
+        for (size_t i = 0; i < seqs.size(); ++i) {
+          const std::vector<int32_t> tokens(first[i] + count[i], 7);
+          b.AddSequence(tokens, first[i], count[i], tables[seqs[i]]);
+        }
+        const StepDescription& step = b.Finish();
+        const int64_t n = step.num_tokens();
+        cpu_.BeginStep(step, *cache_c);
+        gpu_->BeginStep(step, *cache_g);
+        for (int64_t l = 0; l < layers; ++l) {
+          SCOPED_TRACE(what + ", layer " + std::to_string(l));
+          const auto q = RandomVector(n * heads * hd, seed++), k = RandomVector(n * kv_heads * hd, seed++),
+                     v = RandomVector(n * kv_heads * hd, seed++, -2.0f, 2.0f);
+          std::vector<float> out(n * heads * hd);
+          cpu_.WriteKV(*cache_c, l, TensorView::F32(k.data(), n, kv_heads * hd), TensorView::F32(v.data(), n, kv_heads * hd));
+          cpu_.PagedAttention(*cache_c, l, layer, TensorView::F32(q.data(), n, heads * hd),
+                              TensorView::F32(out.data(), n, heads * hd));
+          const TensorView og = arena_->Make(n, heads * hd);
+          gpu_->WriteKV(*cache_g, l, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
+          gpu_->PagedAttention(*cache_g, l, layer, arena_->Make(n, heads * hd, q), og);
+          // A skipped (bf16) layer runs on the tensor-core kernel: the bf16 tolerance.
+          EXPECT_LE(RelativeError(arena_->Read(og), out),
+                    cs.skip_layer && l == 1 ? testing::kBf16AttentionTolerance : quant_tol);
+        }
+      };
+      run({0, 1}, {0, 0}, {13, 150}, "first chunks");
+      run({0, 1}, {13, 150}, {9, 6}, "second chunks");
+      const int32_t src = tables[0][len0 / bs], dst = tables[2][len0 / bs];
+      cpu_.CopyBlock(*cache_c, src, dst);
+      gpu_->CopyBlock(*cache_g, src, dst);
+      for (int64_t i = 0; i < decode_steps; ++i) {
+        run({0, 1, 2}, {len0 + i, len1 + i, len0 + i}, {1, 1, 1}, "decode step " + std::to_string(i));
       }
-      const StepDescription& step = b.Finish();
-      const int64_t n = step.num_tokens();
-      cpu_.BeginStep(step, *cache_c);
-      gpu_->BeginStep(step, *cache_g);
+      gpu_->Synchronize();
+      const auto& storage = dynamic_cast<const KVStorage&>(*cache_c);
       for (int64_t l = 0; l < layers; ++l) {
-        SCOPED_TRACE(what + ", layer " + std::to_string(l));
-        const auto q = RandomVector(n * heads * hd, seed++), k = RandomVector(n * kv_heads * hd, seed++),
-                   v = RandomVector(n * kv_heads * hd, seed++, -2.0f, 2.0f);
-        std::vector<float> out(n * heads * hd);
-        cpu_.WriteKV(*cache_c, l, TensorView::F32(k.data(), n, kv_heads * hd), TensorView::F32(v.data(), n, kv_heads * hd));
-        cpu_.PagedAttention(*cache_c, l, layer, TensorView::F32(q.data(), n, heads * hd),
-                            TensorView::F32(out.data(), n, heads * hd));
-        const TensorView og = arena_->Make(n, heads * hd);
-        gpu_->WriteKV(*cache_g, l, arena_->Make(n, kv_heads * hd, k), arena_->Make(n, kv_heads * hd, v));
-        gpu_->PagedAttention(*cache_g, l, layer, arena_->Make(n, heads * hd, q), og);
-        // A skipped (bf16) layer runs on the tensor-core kernel: the bf16 tolerance.
-        EXPECT_LE(RelativeError(arena_->Read(og), out),
-                  cs.skip_layer && l == 1 ? testing::kBf16AttentionTolerance : kF32Tolerance);
-      }
-    };
-    run({0, 1}, {0, 0}, {13, 150}, "first chunks");
-    run({0, 1}, {13, 150}, {9, 6}, "second chunks");
-    const int32_t src = tables[0][len0 / bs], dst = tables[2][len0 / bs];
-    cpu_.CopyBlock(*cache_c, src, dst);
-    gpu_->CopyBlock(*cache_g, src, dst);
-    for (int64_t i = 0; i < decode_steps; ++i) {
-      run({0, 1, 2}, {len0 + i, len1 + i, len0 + i}, {1, 1, 1}, "decode step " + std::to_string(i));
-    }
-    gpu_->Synchronize();
-    const auto& storage = dynamic_cast<const KVStorage&>(*cache_c);
-    for (int64_t l = 0; l < layers; ++l) {
-      for (const bool value : {false, true}) {
-        const KVArrayFormat& f = value ? storage.v_format(l) : storage.k_format(l);
-        const int64_t bytes = KVBlockBytes(f);
-        for (int32_t block = 0; block < next; ++block) {
-          const auto* cpu = static_cast<const uint8_t*>(value ? storage.v(l) : storage.k(l)) + block * bytes;
-          const std::vector<uint8_t> gpu = gpu_->ReadKVBlock(*cache_g, l, value, block);
-          ASSERT_EQ(static_cast<int64_t>(gpu.size()), bytes);
-          const int64_t first_diff = FirstDifference(cpu, gpu);
-          EXPECT_EQ(first_diff, -1) << "layer " << l << (value ? " V" : " K") << " block " << block << ": byte "
-                                    << first_diff << " of " << bytes;
+        for (const bool value : {false, true}) {
+          const KVArrayFormat& f = value ? storage.v_format(l) : storage.k_format(l);
+          const int64_t bytes = KVBlockBytes(f);
+          for (int32_t block = 0; block < next; ++block) {
+            const auto* cpu = static_cast<const uint8_t*>(value ? storage.v(l) : storage.k(l)) + block * bytes;
+            const std::vector<uint8_t> gpu = gpu_->ReadKVBlock(*cache_g, l, value, block);
+            ASSERT_EQ(static_cast<int64_t>(gpu.size()), bytes);
+            const int64_t first_diff = FirstDifference(cpu, gpu);
+            EXPECT_EQ(first_diff, -1) << "layer " << l << (value ? " V" : " K") << " block " << block << ": byte "
+                                      << first_diff << " of " << bytes;
+          }
         }
       }
+      EXPECT_GT(cache_g->side_bytes(), 0);
     }
-    EXPECT_GT(cache_g->side_bytes(), 0);
   }
+  cuda::SetSidePoolFlash(true);
 }
 
 TEST_F(CudaOpsTest, RefusesUnsupportedKVFormatsAndPoliciesByName) {

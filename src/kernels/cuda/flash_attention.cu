@@ -98,6 +98,10 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
   a.v_group_shift = std::countr_zero(static_cast<unsigned>(a.v_scale_group));
   a.v_global = p.v_format.tensor_scale > 0.0f ? p.v_format.tensor_scale : 1.0f;
   a.bulk = 0;
+  constexpr bool kKivi2 = kKivi2Row<typename KVKind<KV>::Row>;
+  if constexpr (kKivi2) {  // K's runs: a paged block's keys (RawKivi2K)
+    a.k_group_shift = std::countr_zero(static_cast<unsigned>(std::min<int64_t>(p.block_size, kKeyTile)));
+  }
   const unsigned kv = static_cast<unsigned>(p.num_kv_heads);
   switch (shape) {
     case FlashShape::kSplit: {
@@ -123,13 +127,17 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
     }
     case FlashShape::kWide:
       a.items = items;
-      if constexpr (std::is_same_v<KV, __nv_bfloat16> || std::is_same_v<KV, __half>) {
+      if constexpr (kKivi2) {  // FlashAttention() refuses it first
+        ThrowUnsupported("FlashAttention: kivi2 runs the one-warp (decode) shapes only");
+      } else if constexpr (std::is_same_v<KV, __nv_bfloat16> || std::is_same_v<KV, __half>) {
         if (WideOnWgmma(p, max_keys)) {
           LaunchFlashWgmma<KV, HD>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
           return;
         }
+        LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
+      } else {
+        LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
       }
-      LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
       return;
   }
 }
@@ -150,6 +158,7 @@ bool IntRegsServe(const PagedAttentionParams& p) {
 }  // namespace
 
 void SetFlashRowsBulk(bool on) { flash_rows_bulk = on; }
+bool FlashRowsBulkOn() { return flash_rows_bulk; }
 
 void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, const FlashWorkItem* items,
                     int64_t num_items, float* scratch, cudaStream_t stream, uint16_t* out_bf16, bool pdl) {
@@ -173,6 +182,10 @@ void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max
     case KVQuant::kInt4:
       return IntRegsServe(p) ? run.template operator()<IntRegs<Int4Row>>() : run.template operator()<Int4Row>();
     case KVQuant::kNvfp4: return run.template operator()<Fp4Regs<Nvfp4Row>>();
+    case KVQuant::kKivi2:
+      PAGODA_CHECK(p.codes_only && shape != FlashShape::kWide && flash_rows_bulk)
+          << "FlashAttention: kivi2 reads codes spans (p.codes_only) in the one-warp shapes, by bulk copies";
+      return run.template operator()<Kivi2Regs<Kivi2Row>>();
     default:
       if (p.kv_dtype == DType::kBF16) return run.template operator()<__nv_bfloat16>();
       return run.template operator()<__half>();

@@ -23,7 +23,8 @@
 // Three launch shapes do those same operations:
 //   split   (<= kFlashSplitMaxTokens tokens: decode) one warp per (token, KV head, segment),
 //           partial states to scratch, a merge kernel; small batches fill the GPU;
-//   narrow  (more tokens, one per sequence) one warp per (token, KV head) walking the segments;
+//   narrow  (more tokens, one per sequence; or any tokens: kivi2's long prefill steps) one warp
+//           per (token, KV head) walking the segments;
 //   wide    (prefill) four warps per block share each K/V tile for 4 * 16 / G consecutive tokens
 //           of a sequence (a FlashWorkItem), each walking the segments of its rows.
 #pragma once
@@ -46,7 +47,9 @@ struct FlashWorkItem {
 
 // Whether FlashAttention serves `p` (bf16/f16 cache, or K and V both fp8, both nvfp4, or both
 // int8 or int4 with scale groups of 8k values dividing the head dim, 16-byte aligned; head dim 64
-// or 128, group size <= 16, power-of-two block size).
+// or 128, group size <= 16, power-of-two block size). kivi2 only for the side pool's codes spans
+// (p.codes_only) in the one-warp shapes (not kWide), blocks of 16+ slots, V groups of 32k values
+// dividing the head dim, with bulk copies on.
 bool FlashAttentionSupports(const PagedAttentionParams& p);
 
 // Steps of at most this many tokens run split; scratch holds their partial states.
@@ -102,10 +105,17 @@ void WgmmaTileProductsForTest(const float* q, const float* k, const float* v, co
 // slots; else by cp.async, every lane 16-byte pieces. The same values land either way.
 // PAGODA_FLASH_TMA=0 sets cp.async at start; SetFlashRowsBulk(false) too (a test compares them).
 void SetFlashRowsBulk(bool on);
+bool FlashRowsBulkOn();
 
 enum class FlashShape { kSplit, kNarrow, kWide };
-// The launch shape for a step of `num_tokens` tokens in `num_seqs` sequences.
+// The launch shape for a step of `num_tokens` tokens in `num_seqs` sequences: split up to
+// FlashSplitMaxTokens() tokens (kFlashSplitMaxTokens unless set lower), then narrow or wide.
 FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs);
+// The split shape's token limit, at most kFlashSplitMaxTokens (the scratch's size):
+// PAGODA_FLASH_SPLIT_MAX_TOKENS sets it at start, SetFlashSplitMaxTokens later (a benchmark
+// compares the shapes: the same bits either way).
+int64_t FlashSplitMaxTokens();
+void SetFlashSplitMaxTokens(int64_t tokens);
 
 // `max_keys`: the most keys a token of the step attends to (FlashSplitDepth); `items`:
 // the wide shape's work items in device memory (FlashWorkItems), unused by the others.

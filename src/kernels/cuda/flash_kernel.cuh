@@ -76,7 +76,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ __align__(16) uint8_t smem_raw[];
   // The one-warp shapes' tiles from a 128-byte boundary (their bulk copies' destinations).
   uint8_t* smem = kOneWarp ? smem_raw + ((128 - (SmemAddr(smem_raw) & 127)) & 127) : smem_raw;
-  const bool bulk = kOneWarp && kQuant && a.bulk != 0;  // FlashRowsBulk's formats and blocks
+  // kivi2 (one-warp shapes only, paged blocks of 16+ slots) always copies by bulk copies.
+  constexpr bool kKivi2 = kKivi2Row<Row>;
+  static_assert(!kKivi2 || kOneWarp, "kivi2 runs the one-warp shapes only");
+  const bool bulk = kKivi2 || (kOneWarp && kQuant && a.bulk != 0);  // FlashRowsBulk's formats and blocks
   AllowDependentLaunch();  // the merge (or the o GEMM) after it waits for its end
   const PagedAttentionParams& p = a.p;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
@@ -109,14 +112,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   // The block's keys [lo, hi]: a segment of its token (split) or the union of its warps' keys.
   int lo, hi, z = 0, num_segments = 1;
   if constexpr (kSplit) {
-    const int pos = p.positions[t_begin], first = WindowStart(p, pos);
-    const int seg = static_cast<int>(FlashSegmentKeys(first, pos));
-    const int s0 = first / seg;
-    num_segments = pos / seg - s0 + 1;
+    const RowSpan span = RowKeys(p, p.positions[t_begin]);
+    if (span.last < span.first) return;
+    const int seg = static_cast<int>(FlashSegmentKeys(span.first, span.last));
+    const int s0 = span.first / seg;
+    num_segments = span.last / seg - s0 + 1;
     z = blockIdx.z;
     if (z >= num_segments) return;
-    lo = max(first, (s0 + z) * seg);
-    hi = min(pos, (s0 + z + 1) * seg - 1);
+    lo = max(span.first, (s0 + z) * seg);
+    hi = min(span.last, (s0 + z + 1) * seg - 1);
   } else {
     __shared__ int range_s[2][kWarps];
     if (lane == 0) {
@@ -202,6 +206,27 @@ __global__ void __launch_bounds__(kWarps * 32)
   // 0 arms it with the bytes of the runs copied).
   const uint32_t tma_bars = SmemAddr(smem + kKVBytes + (kSplit ? 0 : Geo::kOutFloats * kThreads * 4));
   auto bulk_tile = [&](uint8_t* k_dst, uint8_t* v_dst, int at, uint32_t bar) {
+    if constexpr (kKivi2) {
+      // K: the run's codes (after its block's per-channel words, heads x HD x 4 bytes = 16 x heads
+      // rows of HD / 4) to row lane x box, and its KV head's HD x 4 bytes of words after the
+      // tile's 64 rows of codes; V as for per-token formats. A K block is (16 + bs) x heads rows.
+      const int heads = static_cast<int>(p.num_kv_heads), bs = static_cast<int>(p.block_size);
+      const int k_run = box * a.k_row_bytes, meta = HD * 4, v_run = box * a.v_row_bytes;
+      const int copied = __popc(__ballot_sync(0xffffffffu, at >= 0));
+      if (lane == 0) MbarrierArriveExpectTx(bar, copied * ((k_dst ? k_run + meta : 0) + (v_dst ? v_run : 0)));
+      __syncwarp();
+      if (at >= 0) {
+        const int64_t block = at / (heads * bs);
+        const char* k_cache = static_cast<const char*>(p.k_cache);
+        if (k_dst) {
+          BulkLoad(SmemAddr(k_dst + lane * k_run), k_cache + (at + 16 * heads * (block + 1)) * a.k_row_bytes, k_run, bar);
+          BulkLoad(SmemAddr(k_dst + kKeyTile * a.k_row_bytes + lane * meta),
+                   k_cache + (block * (16 + bs) * heads + 16 * kvh) * a.k_row_bytes, meta, bar);
+        }
+        if (v_dst) BulkLoad(SmemAddr(v_dst + lane * v_run), static_cast<const char*>(p.v_cache) + static_cast<int64_t>(at) * a.v_row_bytes, v_run, bar);
+      }
+      return;
+    }
     const int k_run = box * a.k_row_bytes, v_run = box * a.v_row_bytes;
     const int copied = __popc(__ballot_sync(0xffffffffu, at >= 0));
     if (lane == 0) MbarrierArriveExpectTx(bar, copied * ((k_dst ? k_run : 0) + (v_dst ? v_run : 0)));
@@ -488,6 +513,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (num_segments == 1) {
         const float inv = Reciprocal(l_total[h]);
         store_row(h, [&](int dt, int j) { return Normalize(o_val(dt, 2 * h + j), inv); });
+        if (p.lse != nullptr && q == 0) p.lse[out_rows[h]] = RowLse(st.m[h], l_total[h]);
       } else {
         const int64_t at = out_rows[h] * kFlashMaxSegments + z;
         float* part = a.partial + at * HD;
@@ -510,6 +536,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (!rows.valid[h]) continue;
       const float inv = Reciprocal(L[h]);
       store_row(h, [&](int dt, int j) { return Normalize(o_s[(dt * 4 + 2 * h + j) * kThreads], inv); });
+      if (p.lse != nullptr && q == 0) p.lse[out_rows[h]] = RowLse(M[h], L[h]);
     }
   }
 }
@@ -518,11 +545,11 @@ template <int HD>
 __global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial, __nv_bfloat16* out_bf16) {
   AllowDependentLaunch();  // the o GEMM after it prefetches its weights meanwhile
   const int t = blockIdx.x, h = blockIdx.y;
-  const int pos = p.positions[t], first = WindowStart(p, pos);
-  const int seg = static_cast<int>(FlashSegmentKeys(first, pos));
-  const int num_segments = pos / seg - first / seg + 1;
+  const RowSpan span = RowKeys(p, p.positions[t]);
+  const int seg = static_cast<int>(FlashSegmentKeys(span.first, span.last));
+  const int num_segments = span.last < span.first ? 0 : span.last / seg - span.first / seg + 1;
   GridDependencyWait();  // the partial states (pdl: every block waits, as FlashAttentionKernel's)
-  if (num_segments == 1) return;
+  if (num_segments <= 1) return;
   const int64_t at = (static_cast<int64_t>(t) * p.num_heads + h) * kFlashMaxSegments;
   const float* ml = partial + p.num_tokens * p.num_heads * kFlashMaxSegments * HD + at * 2;
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {
@@ -534,6 +561,7 @@ __global__ void FlashMergeKernel(PagedAttentionParams p, const float* partial, _
       M = sc.m;
     }
     const int64_t at_out = (static_cast<int64_t>(t) * p.num_heads + h) * HD + d;
+    if (p.lse != nullptr && d == 0) p.lse[static_cast<int64_t>(t) * p.num_heads + h] = RowLse(M, L);
     const float v = Normalize(O, Reciprocal(L));
     p.out[at_out] = v;
     if (out_bf16 != nullptr) out_bf16[at_out] = __float2bfloat16_rn(v);

@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/flash_tile.cuh"
+#include "kernels/cuda/side_pool_span.cuh"
 #include "kernels/params/attention_params.h"
 
 namespace pagoda::cuda::flash {
@@ -37,6 +38,18 @@ __device__ __forceinline__ int WindowStart(const PagedAttentionParams& p, int po
   return p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? static_cast<int>(pos - p.sliding_window + 1) : 0;
 }
 
+// A row's keys [first, last]: its window up to its position, or with p.codes_only the keys it
+// surely reads from codes (SidePoolCodesSpan); none when last < first.
+struct RowSpan {
+  int first, last;
+};
+__device__ __forceinline__ RowSpan RowKeys(const PagedAttentionParams& p, int pos) {
+  const int first = WindowStart(p, pos);
+  if (!p.codes_only) return {first, pos};
+  const CodesSpan c = SidePoolCodesSpan(p, first, pos);
+  return {static_cast<int>(c.first), static_cast<int>(c.last)};
+}
+
 // The rows of thread (g = lane / 4) in a warp serving tokens [w_begin, w_end): row r = g + 8h is
 // head r % group of token w_begin + r / group; out_rows (token * num_heads + head) for valid ones.
 __device__ __forceinline__ void WarpRows(const KernelArgs& a, int w_begin, int w_end, int kvh, int g, Rows& rows,
@@ -45,10 +58,12 @@ __device__ __forceinline__ void WarpRows(const KernelArgs& a, int w_begin, int w
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = g + 8 * h, i = r / a.group, tok = w_begin + i;
-    rows.valid[h] = i < a.tokens_per_warp && tok < w_end;
+    RowSpan span{0, -1};
+    if (i < a.tokens_per_warp && tok < w_end) span = RowKeys(p, p.positions[tok]);
+    rows.valid[h] = span.last >= span.first;
     if (rows.valid[h]) {
-      rows.pos[h] = p.positions[tok];
-      rows.first[h] = WindowStart(p, rows.pos[h]);
+      rows.pos[h] = span.last;
+      rows.first[h] = span.first;
       rows.seg[h] = static_cast<int>(FlashSegmentKeys(rows.first[h], rows.pos[h]));
       out_rows[h] = static_cast<int64_t>(tok) * p.num_heads + static_cast<int64_t>(kvh) * a.group + r % a.group;
     } else {

@@ -2,6 +2,7 @@
 // depth, the wide shape's work items and the launch shape of a step (flash_attention.h).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <span>
 #include <vector>
 
@@ -27,6 +28,13 @@ bool FlashAttentionSupports(const PagedAttentionParams& p) {
     case KVQuant::kFp8E5M2:
     case KVQuant::kNvfp4:
       break;
+    case KVQuant::kKivi2: {  // codes spans only (the side pool holds each query's own block)
+      if (!p.codes_only || !p.k_format.per_channel || p.v_format.per_channel || !FlashRowsBulkOn()) return false;
+      if (p.block_size < 16) return false;  // at most four runs' per-channel words a K tile
+      const int64_t g = std::min(p.v_format.group, p.head_dim);  // V groups: whole 32-column blocks
+      if (g <= 0 || g % 32 != 0 || (g & (g - 1)) != 0 || p.head_dim % g != 0) return false;
+      break;
+    }
     case KVQuant::kInt8:  // scale groups of 8k values that divide the head dim
     case KVQuant::kInt4:
       for (const KVArrayFormat* f : {&p.k_format, &p.v_format}) {
@@ -89,8 +97,18 @@ std::vector<FlashWorkItem> FlashWorkItems(std::span<const int32_t> query_start_l
   return items;
 }
 
+namespace {
+int64_t flash_split_max_tokens = [] {
+  const char* e = std::getenv("PAGODA_FLASH_SPLIT_MAX_TOKENS");
+  return e == nullptr ? kFlashSplitMaxTokens : std::clamp<int64_t>(std::atoll(e), 0, kFlashSplitMaxTokens);
+}();
+}  // namespace
+
+int64_t FlashSplitMaxTokens() { return flash_split_max_tokens; }
+void SetFlashSplitMaxTokens(int64_t tokens) { flash_split_max_tokens = std::clamp<int64_t>(tokens, 0, kFlashSplitMaxTokens); }
+
 FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs) {
-  if (num_tokens <= kFlashSplitMaxTokens) return FlashShape::kSplit;
+  if (num_tokens <= flash_split_max_tokens) return FlashShape::kSplit;
   return num_tokens == num_seqs ? FlashShape::kNarrow : FlashShape::kWide;
 }
 

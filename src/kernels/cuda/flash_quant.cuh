@@ -40,6 +40,8 @@ template <typename Tag>
 struct IntRegs {};  // int8 / int4 rows read in registers (IntRegsServe)
 template <typename Tag>
 struct Fp4Regs {};  // nvfp4 rows read in registers
+template <typename Tag>
+struct Kivi2Regs {};  // kivi2 rows read in registers (codes spans of the side pool only)
 template <typename KV>
 struct KVKind {
   using Row = KV;  // the row format (or element type)
@@ -60,13 +62,22 @@ struct KVKind<Fp4Regs<Tag>> {
   using Row = Tag;
   static constexpr bool kKRegs = true;
 };
+template <typename Tag>
+struct KVKind<Kivi2Regs<Tag>> {
+  using Row = Tag;
+  static constexpr bool kKRegs = true;
+};
 template <typename Row>
 inline constexpr bool kFp8Row = std::is_same_v<Row, Fp8E4M3Row> || std::is_same_v<Row, Fp8E5M2Row>;
 template <typename Row>
 inline constexpr bool kFp4Row = std::is_same_v<Row, Nvfp4Row>;
+template <typename Row>
+inline constexpr bool kKivi2Row = std::is_same_v<Row, Kivi2Row>;
 // Bytes of codes before a row's scales.
 template <typename Row, int HD>
-inline constexpr int kCodeBytes = std::is_same_v<Row, Int4Row> || std::is_same_v<Row, Nvfp4Row> ? HD / 2 : HD;
+inline constexpr int kCodeBytes = kKivi2Row<Row>                                                ? HD / 4
+                                  : std::is_same_v<Row, Int4Row> || std::is_same_v<Row, Nvfp4Row> ? HD / 2
+                                                                                                  : HD;
 
 // Integer codes to exact f16 pairs with integer operations and one f16 instruction: a byte u
 // below an f16 exponent byte 0x64 is 1024 + u.
@@ -130,9 +141,13 @@ using MmaType = std::conditional_t<kQuantKV<KV>, __nv_bfloat16, KV>;
 template <typename KV, int HD>
 struct RawGeometry {
   // The largest row: int8 with groups of 8 (d / 4 bytes of scales), fp8's f32 scale.
+  // kivi2: K's tile is 64 rows of HD / 4 bytes of codes and up to four runs' HD x 4 bytes of
+  // per-channel (scale, min) pairs (paged blocks of at least 16 slots), 32 HD bytes in all, and V's
+  // 64 rows of HD / 4 codes and a (scale, min) pair a group of at least 32 values: HD / 2 a row.
   static constexpr int kMaxRowBytes = std::is_same_v<KV, Int8Row>    ? HD + HD / 4
                                       : std::is_same_v<KV, Int4Row>  ? HD / 2 + HD / 4
                                       : std::is_same_v<KV, Nvfp4Row> ? HD / 2 + HD / 16
+                                      : kKivi2Row<KV>                ? HD / 2
                                                                      : HD + 4;
   // A tile's rows rounded up to 128 bytes: the one-warp shapes put each tile at a 128-byte
   // boundary.
@@ -260,9 +275,50 @@ struct RawFp4K {
   int pitch;             // the raw rows' bytes
 };
 
+// kivi2's 2-bit codes to exact f16 pairs: codes in bits 0-1 and 16-17 of x (the rest ignored).
+__device__ __forceinline__ uint32_t Kivi2Pair(uint32_t x) {
+  const uint32_t y = (x & 0x00030003u) | 0x64006400u;  // 1024 + code
+  const __half2 h = __hsub2(*reinterpret_cast<const __half2*>(&y), __half2(__half(1024.0f), __half(1024.0f)));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+// min + code x scale for a pair of values in f16 (one rounding, as int4's code x scale): codes
+// as for Kivi2Pair, wa / wb the two values' (f16 scale, f16 min) words (scale low, as stored).
+__device__ __forceinline__ uint32_t Kivi2Values(uint32_t codes, uint32_t wa, uint32_t wb) {
+  const uint32_t s2 = __byte_perm(wa, wb, 0x5410), m2 = __byte_perm(wa, wb, 0x7632);
+  const uint32_t c = Kivi2Pair(codes);
+  const __half2 h = __hfma2(*reinterpret_cast<const __half2*>(&c), *reinterpret_cast<const __half2*>(&s2),
+                            *reinterpret_cast<const __half2*>(&m2));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// K's B fragments from a raw kivi2 key tile (QKColumn's order): 64 rows of HD / 4 bytes of codes
+// (value i in bits 2 (i % 4) of byte i / 4), then each run's (paged block's) per-channel
+// (f16 scale, f16 min) words, HD x 4 bytes a run (flash_kernel.cuh's bulk copies). A thread's
+// four columns of a k-step are one byte of codes and one 16-byte read of their four words; each
+// value min + code x scale in f16.
+template <typename Tag, int HD, bool kTile = false>
+struct RawKivi2K {
+  const uint8_t* raw;
+  int group_shift;  // log2 of the keys a run (the paged block's slots, at most 64)
+  const uint8_t* frags;  // kTile: the fragment tile (unused: kivi2 runs the one-warp shapes only)
+  int pitch;             // HD / 4
+  __device__ __forceinline__ void Load(int n, int kk, uint32_t (&b)[2]) const {
+    if constexpr (kTile) return FragKLoad<HD>(frags, n, kk, b);
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int key = n * 8 + g, col = QKColumn(kk, q, 0);
+    const uint32_t codes = raw[key * (HD / 4) + col / 4];
+    const uint4 w = *reinterpret_cast<const uint4*>(raw + kKeyTile * (HD / 4) + (key >> group_shift) * HD * 4 + col * 4);
+    b[0] = Kivi2Values(codes | (codes << 14), w.x, w.y);              // columns col, col + 1
+    b[1] = Kivi2Values((codes >> 4) | (codes << 10), w.z, w.w);       // col + 2, col + 3
+  }
+  __device__ __forceinline__ float Scale(float x, int, int) const { return x; }
+};
+
 template <typename Row, int HD, bool kTile = false>
-using RawK = std::conditional_t<kFp8Row<Row>, RawFp8K<Row, HD, kTile>,
-                                std::conditional_t<kFp4Row<Row>, RawFp4K<Row, HD, kTile>, RawIntK<Row, HD, kTile>>>;
+using RawK = std::conditional_t<
+    kFp8Row<Row>, RawFp8K<Row, HD, kTile>,
+    std::conditional_t<kFp4Row<Row>, RawFp4K<Row, HD, kTile>,
+                       std::conditional_t<kKivi2Row<Row>, RawKivi2K<Row, HD, kTile>, RawIntK<Row, HD, kTile>>>>;
 
 // The f16 scales of group gi of two int8 or int4 rows, as a pair (row a low).
 template <typename Tag, int HD>
@@ -321,6 +377,19 @@ __device__ __forceinline__ void RawValueFragments(const uint8_t* const (&rows)[4
       const uint32_t lo = __byte_perm(e[2 * k], e[2 * k + 1], 0x5140), hi = __byte_perm(e[2 * k], e[2 * k + 1], 0x7362);
       b[0][k] = HMul2(Fp8x2ToHalf2(lo), s2), b[1][k] = HMul2(Fp8x2ToHalf2(lo >> 16), s2);
       b[2][k] = HMul2(Fp8x2ToHalf2(hi), s2), b[3][k] = HMul2(Fp8x2ToHalf2(hi >> 16), s2);
+    }
+  } else if constexpr (kKivi2Row<Tag>) {  // one byte a key (columns 32c + 4g..+3), its group's (scale, min)
+    uint32_t w[4], sm[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = rows[i][8 * c + g];
+      sm[i] = *reinterpret_cast<const uint32_t*>(rows[i] + HD / 4 + 4 * ((32 * c) >> group_shift));
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {  // keys (2q, 2q + 1), then (2q + 8, 2q + 9)
+      const uint32_t x = w[2 * k] | w[2 * k + 1] << 16;  // key a's codes in bits 0-7, key b's in 16-23
+#pragma unroll
+      for (int i = 0; i < 4; ++i) b[i][k] = Kivi2Values(x >> (2 * i), sm[2 * k], sm[2 * k + 1]);
     }
   } else {  // int4: two bytes a key (columns 4g..4g + 3, low nibble first)
     uint32_t w[4];

@@ -113,6 +113,8 @@ __device__ __forceinline__ float Blend(float X, float x, MergeScales s) {
 // loop). Within 1.5 ulp of the quotient; every shape normalizes this way, so they agree.
 __device__ __forceinline__ float Reciprocal(float l) { return __frcp_rn(l); }
 __device__ __forceinline__ float Normalize(float o, float inv_l) { return __fmul_rn(o, inv_l); }
+// A row's log-sum-exp of its scaled scores in the log2 domain, from its (max, sum) state.
+__device__ __forceinline__ float RowLse(float m, float l) { return m + log2f(l); }
 
 // K's B fragments from 16-bit rows in shared memory (kRowBytes apart).
 template <int HD>

@@ -30,6 +30,7 @@ struct Fp8E5M2Row {};
 struct Int8Row {};
 struct Int4Row {};
 struct Nvfp4Row {};
+struct Kivi2Row {};  // FlashAttention's kivi2 rows (flash_quant.cuh); the side pool's kernels read them too
 
 template <typename T>
 struct KVRowTraits {  // plain rows of T
@@ -59,6 +60,10 @@ struct KVRowTraits<Int4Row> {
 };
 template <>
 struct KVRowTraits<Nvfp4Row> {
+  static constexpr bool kQuantized = true;
+};
+template <>
+struct KVRowTraits<Kivi2Row> {
   static constexpr bool kQuantized = true;
 };
 

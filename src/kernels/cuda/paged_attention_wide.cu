@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/cuda/attention_splits.cuh"
@@ -24,6 +26,7 @@
 #include "kernels/cuda/kv_types.cuh"
 #include "kernels/cuda/online_softmax.cuh"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/side_pool_span.cuh"
 #include "kv/kv_codec.h"
 
 namespace pagoda::cuda {
@@ -104,6 +107,40 @@ __device__ __forceinline__ int64_t KeySource(const PagedAttentionParams& p, cons
   return block;
 }
 
+// The grouped kernel's modes: a block per split (then MergeSplitsKernel), a block walking its
+// token's splits, or a block attending the keys FlashAttention left (the rest of a query's keys
+// besides its codes span, at most two ranges) and merging FlashAttention's row into its own.
+enum WideMode { kWideSplit, kWideWalk, kWideRest };
+
+__device__ __forceinline__ int64_t WindowFirst(const PagedAttentionParams& p, int64_t pos) {
+  return p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? pos - p.sliding_window + 1 : 0;
+}
+
+// kWideRest's ranges: the keys before the codes span and those after it, or all of the window
+// when the span is empty; `splits` counts them (0: FlashAttention's row is the whole output).
+__device__ inline KeyRange RestRange(const PagedAttentionParams& p, int64_t t, int part) {
+  const int64_t pos = p.positions[t];
+  const int64_t first = WindowFirst(p, pos);
+  const CodesSpan c = SidePoolCodesSpan(p, first, pos);
+  KeyRange r;
+  if (c.empty()) {
+    r.splits = 1;
+    r.start = first;
+    r.end = pos + 1;
+    return r;
+  }
+  const bool before = c.first > first, after = c.last < pos;
+  r.splits = static_cast<int>(before) + static_cast<int>(after);
+  if (part == 0 && before) {
+    r.start = first;
+    r.end = c.first;
+  } else {
+    r.start = c.last + 1;
+    r.end = pos + 1;
+  }
+  return r;
+}
+
 constexpr int kGroupThreads = 128;
 constexpr int kTile = 32;  // keys a tile
 // At most this many tokens: a block per split and a merge kernel; more: each block walks its
@@ -113,7 +150,7 @@ constexpr int64_t kSplitModeMaxTokens = 64;
 // Split mode: block (t, kvh, split); partial holds [t][h][split] rows of HD values, then
 // [t][h][split] (m, l) pairs; a token with one split writes its output. In-block mode: block
 // (t, kvh) walks the splits.
-template <typename W, int HD, int G, bool kSplitMode>
+template <typename W, int HD, int G, int kMode>
 __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentionParams p, BlockValueFormat kf,
                                                                    BlockValueFormat vf, int64_t k_block_bytes,
                                                                    int64_t v_block_bytes, float* partial) {
@@ -129,8 +166,10 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
   const int kvh = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int group = static_cast<int>(p.num_heads / p.num_kv_heads);  // <= G
+  constexpr bool kSplitMode = kMode == kWideSplit;
+  auto range_of = [&](int split) { return kMode == kWideRest ? RestRange(p, t, split) : SplitRange(p, t, split); };
   const int first_split = kSplitMode ? blockIdx.z : 0;
-  const int splits = SplitRange(p, t, 0).splits;
+  const int splits = range_of(0).splits;
   if (first_split >= splits) return;
   const int last_split = kSplitMode ? first_split : splits - 1;
   for (int i = tid; i < G * HD; i += kGroupThreads) {
@@ -147,7 +186,7 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
   const bool owns_output = o_index < G * HD && og < group;
   float acc[kOut], O[kOut], M = 0.0f, L = 0.0f;
   for (int split = first_split; split <= last_split; ++split) {
-    const KeyRange range = SplitRange(p, t, split);
+    const KeyRange range = range_of(split);
 #pragma unroll
     for (int i = 0; i < kOut; ++i) acc[i] = 0.0f;
     __syncthreads();  // the last split's m_s and l_s are read
@@ -241,7 +280,19 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
   }
   if constexpr (!kSplitMode) {
     if (owns_output) {
-      float* out = p.out + (t * p.num_heads + static_cast<int64_t>(kvh) * group + og) * HD + od;
+      const int64_t row = t * p.num_heads + static_cast<int64_t>(kvh) * group + og;
+      float* out = p.out + row * HD + od;
+      if constexpr (kMode == kWideRest) {
+        // FlashAttention's normalized row over the codes span, as a state of sum 1 at its
+        // log-sum-exp (natural log), merged after this block's ranges.
+        const int64_t pos = p.positions[t];
+        if (!SidePoolCodesSpan(p, WindowFirst(p, pos), pos).empty()) {
+          float o[kOut];
+#pragma unroll
+          for (int i = 0; i < kOut; ++i) o[i] = out[i];
+          MergeInto(M, L, O, p.lse[row] * 0.6931471805599453f, 1.0f, o, kOut, false);
+        }
+      }
 #pragma unroll
       for (int i = 0; i < kOut; ++i) out[i] = __fdiv_rn(O[i], L);
     }
@@ -255,7 +306,7 @@ void LaunchWideGrouped(const PagedAttentionParams& p, int64_t max_keys, float* s
     const int splits = GroupedAttentionSplits(max_keys);
     const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads),
                     static_cast<unsigned>(splits));
-    WideGroupedKernel<W, HD, G, true><<<grid, kGroupThreads, 0, stream>>>(p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb, scratch);
+    WideGroupedKernel<W, HD, G, kWideSplit><<<grid, kGroupThreads, 0, stream>>>(p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb, scratch);
     PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel");
     if (splits > 1) {
       MergeSplitsKernel<HD><<<dim3(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_heads)), HD, 0,
@@ -265,8 +316,32 @@ void LaunchWideGrouped(const PagedAttentionParams& p, int64_t max_keys, float* s
     return;
   }
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads));
-  WideGroupedKernel<W, HD, G, false><<<grid, kGroupThreads, 0, stream>>>(p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb, scratch);
+  WideGroupedKernel<W, HD, G, kWideWalk><<<grid, kGroupThreads, 0, stream>>>(p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb, scratch);
   PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel");
+}
+
+template <typename W, int HD, int G>
+void LaunchWideRest(const PagedAttentionParams& p, int64_t kb, int64_t vb, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads));
+  WideGroupedKernel<W, HD, G, kWideRest><<<grid, kGroupThreads, 0, stream>>>(
+      p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb, nullptr);
+  PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel (rest)");
+}
+
+template <typename W, int HD>
+void LaunchRestGroup(const PagedAttentionParams& p, int64_t kb, int64_t vb, cudaStream_t stream) {
+  const int64_t group = p.num_heads / p.num_kv_heads;
+  if (group == 1) return LaunchWideRest<W, HD, 1>(p, kb, vb, stream);
+  if (group == 2) return LaunchWideRest<W, HD, 2>(p, kb, vb, stream);
+  if (group <= 4) return LaunchWideRest<W, HD, 4>(p, kb, vb, stream);
+  if (group <= 8) return LaunchWideRest<W, HD, 8>(p, kb, vb, stream);
+  return LaunchWideRest<W, HD, 16>(p, kb, vb, stream);
+}
+
+template <typename W>
+void LaunchRest(const PagedAttentionParams& p, int64_t kb, int64_t vb, cudaStream_t stream) {
+  if (p.head_dim == 128) return LaunchRestGroup<W, 128>(p, kb, vb, stream);
+  LaunchRestGroup<W, 64>(p, kb, vb, stream);
 }
 
 template <typename W, int HD>
@@ -299,6 +374,36 @@ bool TryWideGrouped(const PagedAttentionParams& p, int64_t max_keys, float* scra
 int64_t PagedAttentionWideScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim) {
   // Only split mode (at most kSplitModeMaxTokens tokens) writes partial states.
   return std::min(num_tokens, kSplitModeMaxTokens) * num_heads * kMaxAttentionSplits * (head_dim + 2);
+}
+
+namespace {
+bool side_pool_flash = [] {
+  const char* e = std::getenv("PAGODA_SIDE_POOL_FLASH");
+  return e == nullptr || std::string(e) != "0";
+}();
+}  // namespace
+
+bool SidePoolFlashOn() { return side_pool_flash; }
+void SetSidePoolFlash(bool on) { side_pool_flash = on; }
+
+bool PagedAttentionWideRestServes(const PagedAttentionParams& p) {
+  return (p.head_dim == 64 || p.head_dim == 128) && p.num_kv_heads > 0 && p.num_heads % p.num_kv_heads == 0 &&
+         p.num_heads / p.num_kv_heads <= 16 && p.block_size > 0 && p.k_format.heavy_rows == 0 &&
+         p.v_format.heavy_rows == 0 &&
+         (p.wide_dtype == DType::kF32 || p.wide_dtype == DType::kBF16 || p.wide_dtype == DType::kF16);
+}
+
+void PagedAttentionWideRest(const PagedAttentionParams& p, cudaStream_t stream) {
+  if (p.num_tokens <= 0) return;
+  PAGODA_CHECK(PagedAttentionWideRestServes(p) && p.codes_only && p.lse != nullptr)
+      << "CUDA PagedAttentionWideRest: unsupported shape";
+  PAGODA_CHECK(p.num_tokens <= 2147483647) << "CUDA PagedAttentionWideRest: too many tokens in one launch";
+  const int64_t kb = KVBlockBytes(p.k_format), vb = KVBlockBytes(p.v_format);
+  switch (p.wide_dtype) {
+    case DType::kF32: return LaunchRest<float>(p, kb, vb, stream);
+    case DType::kBF16: return LaunchRest<__nv_bfloat16>(p, kb, vb, stream);
+    default: return LaunchRest<__half>(p, kb, vb, stream);
+  }
 }
 
 void PagedAttentionWide(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream) {

@@ -57,6 +57,13 @@ struct PagedAttentionParams {
   int64_t sink_tokens = 0;
   int64_t recent_tokens = 0;
   bool own_block_wide = false;
+  // The CUDA backend's split of a side-pool step (PagedAttentionWide): FlashAttention attends
+  // each query only to the keys it surely reads from codes (codes_only: SidePoolCodesSpan,
+  // kernels/cuda/side_pool_span.cuh) and writes, beside each normalized output row, its
+  // log2-domain log-sum-exp to lse ([num_tokens, num_heads]; rows with no such keys: none);
+  // the SIMT kernel then attends the rest and merges. Unused elsewhere.
+  bool codes_only = false;
+  float* lse = nullptr;
 };
 
 // First key position a query at `pos` attends to.
