@@ -42,7 +42,14 @@ void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl)
 // context 4096, 2968 -> 3429 GB/s; batch 64, 8192: 3153 -> 3507). Fewer blocks (batch 1) keep the
 // second stage (batch 1, context 32768: 2027 GB/s, 1363 with ping buffers). The same bits
 // either way.
-bool UsePing(int64_t blocks) { return blocks > 3 * static_cast<int64_t>(SmCount()); }
+// PAGODA_FLASH_PING=0 / PAGODA_FLASH_ROWS8=0 (diagnostics): never the ping buffers / never
+// kRows8 (the same bits either way).
+bool EnvOn(const char* name) {
+  const char* e = std::getenv(name);
+  return e == nullptr || std::string(e) != "0";
+}
+const bool flash_ping = EnvOn("PAGODA_FLASH_PING"), flash_rows8 = EnvOn("PAGODA_FLASH_ROWS8");
+bool UsePing(int64_t blocks) { return flash_ping && blocks > 3 * static_cast<int64_t>(SmCount()); }
 
 // The one-warp (decode) shapes, one token a warp. Over unquantized caches with head dim 128 a
 // warp with at most 8 query rows (G <= 8) skips rows 8-15 (kRows8: 222 -> 168 registers, three
@@ -54,7 +61,7 @@ bool UsePing(int64_t blocks) { return blocks > 3 * static_cast<int64_t>(SmCount(
 template <typename KV, int HD, bool kSplit>
 void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t stream, bool pdl) {
   if constexpr (!kQuantKV<KV> && HD == 128) {
-    if (a.group <= 8) {
+    if (a.group <= 8 && flash_rows8) {
       ping ? LaunchKernel<KV, HD, 1, kSplit, true, true>(a, grid, stream, pdl)
            : LaunchKernel<KV, HD, 1, kSplit, false, true>(a, grid, stream, pdl);
       return;
