@@ -43,9 +43,7 @@ struct KVReader {
 
   bool Wide(int64_t key, int64_t pos, int32_t block) const {
     if (p.wide_index == nullptr || p.wide_index[block] < 0) return false;
-    if (key < p.sink_tokens) return true;
-    if (key / p.block_size != pos / p.block_size) return false;
-    return p.own_block_wide || pos - key < p.recent_tokens;
+    return SidePoolKeyWide(p, key, pos);
   }
 
   // The cache lines of the K and V rows of keys [a, b) for KV head kvh, for prefetching: the

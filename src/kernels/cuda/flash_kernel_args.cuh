@@ -11,7 +11,6 @@
 
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/flash_tile.cuh"
-#include "kernels/cuda/side_pool_span.cuh"
 #include "kernels/params/attention_params.h"
 
 namespace pagoda::cuda::flash {

@@ -54,19 +54,20 @@ void PagedAttention(const PagedAttentionParams& p, int64_t max_keys, float* scra
 int64_t PagedAttentionWideScratchFloats(int64_t num_tokens, int64_t num_heads, int64_t head_dim);
 void PagedAttentionWide(const PagedAttentionParams& p, int64_t max_keys, float* scratch, cudaStream_t stream);
 
-// The side pool split in two (kernels/cuda/side_pool_span.cuh): where FlashAttention serves the
-// step's format, it runs first with p.codes_only over each query's codes span (writing its
-// normalized rows to p.out and their log-sum-exps to p.lse), then PagedAttentionWideRest
-// attends each query's other keys (the sink tokens before the span, its own block's wide keys
-// after it: at most two short ranges) with PagedAttentionWide's per-key rule and merges
-// FlashAttention's row into its result, a block per (token, KV head). Serves head dims 64 and
-// 128, up to 16 query heads per KV head (PagedAttentionWideRestServes).
+// The side pool split in two (SidePoolCodesSpan and SidePoolRestRanges,
+// kernels/params/attention_params.h): where FlashAttention serves the step's format, it runs
+// first with p.codes_only over each query's codes span (writing its normalized rows to p.out
+// and their log-sum-exps to p.lse), then PagedAttentionWideRest attends each query's other keys
+// (the sink tokens before the span, its own block's wide keys after it: at most two short
+// ranges) with PagedAttentionWide's per-key rule and merges FlashAttention's row into its
+// result, a block per (token, KV head). Serves head dims 64 and 128, up to 16 query heads per
+// KV head (PagedAttentionWideRestServes).
 bool PagedAttentionWideRestServes(const PagedAttentionParams& p);
+void PagedAttentionWideRest(const PagedAttentionParams& p, cudaStream_t stream);
 // Whether the CUDA backend splits side-pool steps so (default on; PAGODA_SIDE_POOL_FLASH=0 at
 // start or SetSidePoolFlash(false) keeps the SIMT kernel for every key: a test and a benchmark
 // compare the two).
 bool SidePoolFlashOn();
 void SetSidePoolFlash(bool on);
-void PagedAttentionWideRest(const PagedAttentionParams& p, cudaStream_t stream);
 
 }  // namespace pagoda::cuda

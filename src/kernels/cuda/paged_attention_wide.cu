@@ -26,7 +26,6 @@
 #include "kernels/cuda/kv_types.cuh"
 #include "kernels/cuda/online_softmax.cuh"
 #include "kernels/cuda/paged_attention.h"
-#include "kernels/cuda/side_pool_span.cuh"
 #include "kv/kv_codec.h"
 
 namespace pagoda::cuda {
@@ -64,8 +63,7 @@ __global__ void __launch_bounds__(kThreads) WideAttentionKernel(PagedAttentionPa
       const int64_t key = k0 + threadIdx.x;
       const int64_t block = table[key / bs], offset = key % bs;
       const int32_t w = p.wide_index != nullptr ? p.wide_index[block] : -1;
-      const bool wide = w >= 0 && (key < p.sink_tokens ||
-                                   (key / bs == pos / bs && (p.own_block_wide || pos - key < p.recent_tokens)));
+      const bool wide = w >= 0 && SidePoolKeyWide(p, key, pos);
       float dot = 0.0f;
       if (wide) {
         const int64_t index = ((static_cast<int64_t>(w) * bs + offset) * p.num_kv_heads + kv_h) * hd;
@@ -99,7 +97,7 @@ __device__ __forceinline__ int64_t KeySource(const PagedAttentionParams& p, cons
   const int64_t bs = p.block_size;
   const int64_t block = table[key / bs], o = key % bs;
   const int32_t w = p.wide_index != nullptr ? p.wide_index[block] : -1;
-  if (w >= 0 && (key < p.sink_tokens || (key / bs == pos / bs && (p.own_block_wide || pos - key < p.recent_tokens)))) {
+  if (w >= 0 && SidePoolKeyWide(p, key, pos)) {
     *offset = -1;
     return ((static_cast<int64_t>(w) * bs + o) * p.num_kv_heads + kvh) * p.head_dim;
   }
@@ -112,32 +110,15 @@ __device__ __forceinline__ int64_t KeySource(const PagedAttentionParams& p, cons
 // besides its codes span, at most two ranges) and merging FlashAttention's row into its own.
 enum WideMode { kWideSplit, kWideWalk, kWideRest };
 
-__device__ __forceinline__ int64_t WindowFirst(const PagedAttentionParams& p, int64_t pos) {
-  return p.sliding_window > 0 && pos - p.sliding_window + 1 > 0 ? pos - p.sliding_window + 1 : 0;
-}
-
-// kWideRest's ranges: the keys before the codes span and those after it, or all of the window
-// when the span is empty; `splits` counts them (0: FlashAttention's row is the whole output).
+// kWideRest's ranges (SidePoolRestRanges); `splits` counts them (0: FlashAttention's row is the
+// whole output).
 __device__ inline KeyRange RestRange(const PagedAttentionParams& p, int64_t t, int part) {
   const int64_t pos = p.positions[t];
-  const int64_t first = WindowFirst(p, pos);
-  const CodesSpan c = SidePoolCodesSpan(p, first, pos);
+  const SidePoolRest rest = SidePoolRestRanges(p, AttentionWindowStart(pos, p.sliding_window), pos);
   KeyRange r;
-  if (c.empty()) {
-    r.splits = 1;
-    r.start = first;
-    r.end = pos + 1;
-    return r;
-  }
-  const bool before = c.first > first, after = c.last < pos;
-  r.splits = static_cast<int>(before) + static_cast<int>(after);
-  if (part == 0 && before) {
-    r.start = first;
-    r.end = c.first;
-  } else {
-    r.start = c.last + 1;
-    r.end = pos + 1;
-  }
+  r.splits = rest.count;
+  r.start = rest.start[part < 1 ? 0 : 1];
+  r.end = rest.end[part < 1 ? 0 : 1];
   return r;
 }
 
@@ -286,7 +267,7 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
         // FlashAttention's normalized row over the codes span, as a state of sum 1 at its
         // log-sum-exp (natural log), merged after this block's ranges.
         const int64_t pos = p.positions[t];
-        if (!SidePoolCodesSpan(p, WindowFirst(p, pos), pos).empty()) {
+        if (!SidePoolCodesSpan(p, AttentionWindowStart(pos, p.sliding_window), pos).empty()) {
           float o[kOut];
 #pragma unroll
           for (int i = 0; i < kOut; ++i) o[i] = out[i];

@@ -21,6 +21,13 @@
 #include "core/dtype.h"
 #include "kv/kv_format.h"
 
+// The helpers below run on the host and, compiled by nvcc, on the device.
+#if defined(__CUDACC__)
+#define PAGODA_HOST_DEVICE __host__ __device__
+#else
+#define PAGODA_HOST_DEVICE
+#endif
+
 namespace pagoda {
 
 struct PagedAttentionParams {
@@ -58,8 +65,8 @@ struct PagedAttentionParams {
   int64_t recent_tokens = 0;
   bool own_block_wide = false;
   // The CUDA backend's split of a side-pool step (PagedAttentionWide): FlashAttention attends
-  // each query only to the keys it surely reads from codes (codes_only: SidePoolCodesSpan,
-  // kernels/cuda/side_pool_span.cuh) and writes, beside each normalized output row, its
+  // each query only to the keys it surely reads from codes (codes_only: SidePoolCodesSpan
+  // below) and writes, beside each normalized output row, its
   // log2-domain log-sum-exp to lse ([num_tokens, num_heads]; rows with no such keys: none);
   // the SIMT kernel then attends the rest and merges. Unused elsewhere.
   bool codes_only = false;
@@ -67,8 +74,66 @@ struct PagedAttentionParams {
 };
 
 // First key position a query at `pos` attends to.
-inline int64_t AttentionWindowStart(int64_t pos, int64_t sliding_window) {
+PAGODA_HOST_DEVICE inline int64_t AttentionWindowStart(int64_t pos, int64_t sliding_window) {
   return sliding_window > 0 && pos - sliding_window + 1 > 0 ? pos - sliding_window + 1 : 0;
+}
+
+// The side pool's rule, one copy for every kernel (the CPU's KVReader, the CUDA SIMT kernel, the
+// split below): a key of a query at `pos` reads its block's wide copy, where the block has one,
+// if it is a sink token, or lies in the query's own block and is kivi2's residual
+// (own_block_wide) or one of the recent tokens; else its codes.
+PAGODA_HOST_DEVICE inline bool SidePoolKeyWide(const PagedAttentionParams& p, int64_t key, int64_t pos) {
+  if (key < p.sink_tokens) return true;
+  if (key / p.block_size != pos / p.block_size) return false;
+  return p.own_block_wide || pos - key < p.recent_tokens;
+}
+
+// The keys [first, last] of a query attending to [window_first, pos] that read codes whatever
+// the pool holds (SidePoolKeyWide is false for each): from the end of the sink tokens up to the
+// key before its own block (own_block_wide), before its recent tokens, or up to pos. Empty when
+// last < first.
+struct CodesSpan {
+  int64_t first, last;
+  PAGODA_HOST_DEVICE bool empty() const { return last < first; }
+};
+PAGODA_HOST_DEVICE inline CodesSpan SidePoolCodesSpan(const PagedAttentionParams& p, int64_t window_first,
+                                                      int64_t pos) {
+  const int64_t own = pos - pos % p.block_size;  // the query's own block's first key
+  int64_t last = pos;
+  if (p.own_block_wide) {
+    last = own - 1;
+  } else if (p.recent_tokens > 0) {
+    last = (pos - p.recent_tokens + 1 > own ? pos - p.recent_tokens + 1 : own) - 1;
+  }
+  return {window_first > p.sink_tokens ? window_first : p.sink_tokens, last};
+}
+
+// The rest of [window_first, pos] besides the codes span, at most two ranges [start, end): the
+// keys before the span and those after it (none: the span is the whole window), or the whole
+// window when the span is empty.
+struct SidePoolRest {
+  int count;
+  int64_t start[2], end[2];
+};
+PAGODA_HOST_DEVICE inline SidePoolRest SidePoolRestRanges(const PagedAttentionParams& p, int64_t window_first,
+                                                          int64_t pos) {
+  const CodesSpan c = SidePoolCodesSpan(p, window_first, pos);
+  SidePoolRest r{0, {0, 0}, {0, 0}};
+  if (c.empty()) {
+    r.start[0] = window_first;
+    r.end[0] = pos + 1;
+    r.count = 1;
+    return r;
+  }
+  if (c.first > window_first) {
+    r.start[r.count] = window_first;
+    r.end[r.count++] = c.first;
+  }
+  if (c.last < pos) {
+    r.start[r.count] = c.last + 1;
+    r.end[r.count++] = pos + 1;
+  }
+  return r;
 }
 
 }  // namespace pagoda
