@@ -90,10 +90,7 @@ void CudaBackend::PagedAttention(KVCache& cache, int64_t layer, const AttentionL
     // A captured graph serves the later steps of its split depth (StepGraphs' shape).
     const int64_t keys = s_->max_keys;
     State& s = *s_;
-    cuda::FlashShape shape = cuda::ChooseFlashShape(q.rows, s.step->num_seqs());
-    // kivi2 runs the one-warp shapes only: a long prefill step walks each token's keys by a warp
-    // (the narrow shape serves any tokens; the same bits as the wide shape would give).
-    if (shape == cuda::FlashShape::kWide && fp.k_format.quant == KVQuant::kKivi2) shape = cuda::FlashShape::kNarrow;
+    const cuda::FlashShape shape = cuda::ChooseFlashShape(q.rows, s.step->num_seqs(), fp.k_format.quant);
     const cuda::FlashWorkItem* items = nullptr;
     if (shape == cuda::FlashShape::kWide) {
       const int64_t per_item = cuda::FlashTokensPerItem(fp, keys);

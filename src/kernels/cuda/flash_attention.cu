@@ -42,12 +42,13 @@ void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl)
 // context 4096, 2968 -> 3429 GB/s; batch 64, 8192: 3153 -> 3507). Fewer blocks (batch 1) keep the
 // second stage (batch 1, context 32768: 2027 GB/s, 1363 with ping buffers). The same bits
 // either way.
-// PAGODA_FLASH_PING=0 / PAGODA_FLASH_ROWS8=0 (diagnostics): never the ping buffers / never
-// kRows8 (the same bits either way).
+// An environment switch read at start: on unless set to 0.
 bool EnvOn(const char* name) {
   const char* e = std::getenv(name);
   return e == nullptr || std::string(e) != "0";
 }
+// PAGODA_FLASH_PING=0 / PAGODA_FLASH_ROWS8=0 (diagnostics): never the ping buffers / never
+// kRows8 (the same bits either way).
 const bool flash_ping = EnvOn("PAGODA_FLASH_PING"), flash_rows8 = EnvOn("PAGODA_FLASH_ROWS8");
 bool UsePing(int64_t blocks) { return flash_ping && blocks > 3 * static_cast<int64_t>(SmCount()); }
 
@@ -75,10 +76,7 @@ void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t strea
 // head, contiguous: kv/kv_codec.h) by bulk copies, one a run issued by its lane, instead of
 // 16-byte cp.async pieces from every lane: paged blocks of at least 8 slots (at most 8 runs a
 // tile). PAGODA_FLASH_TMA=0 keeps cp.async (a diagnostic: the same values land).
-bool flash_rows_bulk = [] {
-  const char* e = std::getenv("PAGODA_FLASH_TMA");
-  return e == nullptr || std::string(e) != "0";
-}();
+bool flash_rows_bulk = EnvOn("PAGODA_FLASH_TMA");
 bool FlashRowsBulk(const PagedAttentionParams& p) {
   return flash_rows_bulk && p.k_format.quant != KVQuant::kNone && p.block_size >= 8;
 }
@@ -134,15 +132,15 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
     }
     case FlashShape::kWide:
       a.items = items;
-      if constexpr (kKivi2) {  // FlashAttention() refuses it first
+      if constexpr (kKivi2) {  // FlashAttention() refuses it first (ChooseFlashShape: narrow)
         ThrowUnsupported("FlashAttention: kivi2 runs the one-warp (decode) shapes only");
-      } else if constexpr (std::is_same_v<KV, __nv_bfloat16> || std::is_same_v<KV, __half>) {
-        if (WideOnWgmma(p, max_keys)) {
-          LaunchFlashWgmma<KV, HD>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
-          return;
-        }
-        LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
       } else {
+        if constexpr (std::is_same_v<KV, __nv_bfloat16> || std::is_same_v<KV, __half>) {
+          if (WideOnWgmma(p, max_keys)) {
+            LaunchFlashWgmma<KV, HD>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
+            return;
+          }
+        }
         LaunchKernel<KV, HD, kWideWarps, false, false>(a, dim3(static_cast<unsigned>(num_items), kv), stream, pdl);
       }
       return;

@@ -108,9 +108,11 @@ void SetFlashRowsBulk(bool on);
 bool FlashRowsBulkOn();
 
 enum class FlashShape { kSplit, kNarrow, kWide };
-// The launch shape for a step of `num_tokens` tokens in `num_seqs` sequences: split up to
-// FlashSplitMaxTokens() tokens (kFlashSplitMaxTokens unless set lower), then narrow or wide.
-FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs);
+// The launch shape for a step of `num_tokens` tokens in `num_seqs` sequences over a cache of
+// `quant`: split up to FlashSplitMaxTokens() tokens (kFlashSplitMaxTokens unless set lower), then
+// narrow (one token a sequence) or wide; kivi2, which runs the one-warp shapes only, takes the
+// narrow shape for any longer step (a warp walks each token's keys: the same bits).
+FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs, KVQuant quant = KVQuant::kNone);
 // The split shape's token limit, at most kFlashSplitMaxTokens (the scratch's size):
 // PAGODA_FLASH_SPLIT_MAX_TOKENS sets it at start, SetFlashSplitMaxTokens later (a benchmark
 // compares the shapes: the same bits either way).

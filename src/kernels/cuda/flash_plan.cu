@@ -107,9 +107,9 @@ int64_t flash_split_max_tokens = [] {
 int64_t FlashSplitMaxTokens() { return flash_split_max_tokens; }
 void SetFlashSplitMaxTokens(int64_t tokens) { flash_split_max_tokens = std::clamp<int64_t>(tokens, 0, kFlashSplitMaxTokens); }
 
-FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs) {
+FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs, KVQuant quant) {
   if (num_tokens <= flash_split_max_tokens) return FlashShape::kSplit;
-  return num_tokens == num_seqs ? FlashShape::kNarrow : FlashShape::kWide;
+  return num_tokens == num_seqs || quant == KVQuant::kKivi2 ? FlashShape::kNarrow : FlashShape::kWide;
 }
 
 }  // namespace pagoda::cuda

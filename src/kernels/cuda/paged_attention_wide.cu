@@ -301,52 +301,39 @@ void LaunchWideGrouped(const PagedAttentionParams& p, int64_t max_keys, float* s
   PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel");
 }
 
-template <typename W, int HD, int G>
-void LaunchWideRest(const PagedAttentionParams& p, int64_t kb, int64_t vb, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads));
-  WideGroupedKernel<W, HD, G, kWideRest><<<grid, kGroupThreads, 0, stream>>>(
-      p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb, nullptr);
-  PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel (rest)");
-}
-
-template <typename W, int HD>
-void LaunchRestGroup(const PagedAttentionParams& p, int64_t kb, int64_t vb, cudaStream_t stream) {
+// f.template operator()<G>() for the kernels' group size G covering p's query heads per KV head.
+template <typename F>
+void ForGroup(const PagedAttentionParams& p, F&& f) {
   const int64_t group = p.num_heads / p.num_kv_heads;
-  if (group == 1) return LaunchWideRest<W, HD, 1>(p, kb, vb, stream);
-  if (group == 2) return LaunchWideRest<W, HD, 2>(p, kb, vb, stream);
-  if (group <= 4) return LaunchWideRest<W, HD, 4>(p, kb, vb, stream);
-  if (group <= 8) return LaunchWideRest<W, HD, 8>(p, kb, vb, stream);
-  return LaunchWideRest<W, HD, 16>(p, kb, vb, stream);
+  if (group == 1) return f.template operator()<1>();
+  if (group == 2) return f.template operator()<2>();
+  if (group <= 4) return f.template operator()<4>();
+  if (group <= 8) return f.template operator()<8>();
+  f.template operator()<16>();
 }
 
 template <typename W>
 void LaunchRest(const PagedAttentionParams& p, int64_t kb, int64_t vb, cudaStream_t stream) {
-  if (p.head_dim == 128) return LaunchRestGroup<W, 128>(p, kb, vb, stream);
-  LaunchRestGroup<W, 64>(p, kb, vb, stream);
-}
-
-template <typename W, int HD>
-void LaunchWideGroup(const PagedAttentionParams& p, int64_t max_keys, float* scratch, int64_t kb, int64_t vb,
-                     cudaStream_t stream) {
-  const int64_t group = p.num_heads / p.num_kv_heads;
-  if (group == 1) return LaunchWideGrouped<W, HD, 1>(p, max_keys, scratch, kb, vb, stream);
-  if (group == 2) return LaunchWideGrouped<W, HD, 2>(p, max_keys, scratch, kb, vb, stream);
-  if (group <= 4) return LaunchWideGrouped<W, HD, 4>(p, max_keys, scratch, kb, vb, stream);
-  if (group <= 8) return LaunchWideGrouped<W, HD, 8>(p, max_keys, scratch, kb, vb, stream);
-  return LaunchWideGrouped<W, HD, 16>(p, max_keys, scratch, kb, vb, stream);
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.num_kv_heads));
+  auto launch = [&]<int HD>() {
+    ForGroup(p, [&]<int G>() {
+      WideGroupedKernel<W, HD, G, kWideRest><<<grid, kGroupThreads, 0, stream>>>(
+          p, MakeBlockValueFormat(p.k_format), MakeBlockValueFormat(p.v_format), kb, vb, nullptr);
+    });
+  };
+  p.head_dim == 128 ? launch.template operator()<128>() : launch.template operator()<64>();
+  PAGODA_CUDA_CHECK_LAUNCH("WideGroupedKernel (rest)");
 }
 
 template <typename W>
 bool TryWideGrouped(const PagedAttentionParams& p, int64_t max_keys, float* scratch, int64_t kb, int64_t vb,
                     cudaStream_t stream) {
   if (scratch == nullptr || p.num_heads / p.num_kv_heads > 16 || p.num_tokens > 2147483647) return false;
-  if (p.head_dim == 128) {
-    LaunchWideGroup<W, 128>(p, max_keys, scratch, kb, vb, stream);
-  } else if (p.head_dim == 64) {
-    LaunchWideGroup<W, 64>(p, max_keys, scratch, kb, vb, stream);
-  } else {
-    return false;
-  }
+  if (p.head_dim != 128 && p.head_dim != 64) return false;
+  auto launch = [&]<int HD>() {
+    ForGroup(p, [&]<int G>() { LaunchWideGrouped<W, HD, G>(p, max_keys, scratch, kb, vb, stream); });
+  };
+  p.head_dim == 128 ? launch.template operator()<128>() : launch.template operator()<64>();
   return true;
 }
 
