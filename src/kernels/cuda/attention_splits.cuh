@@ -2,7 +2,9 @@
 // grouped kernel and paged_attention_wide.cu's): a token's keys cut into GroupedAttentionSplits
 // splits, a function of its own key count only, each split's online-softmax state (max m, sum
 // l, unnormalized output o) merged in split order with explicit roundings, by MergeSplitsKernel
-// (split mode: a block a split) or by a block walking its splits (the same bits).
+// (split mode: a block a split) or by a block walking its splits (the same bits); and the
+// steps of their online softmax that must round alike (the warp reductions, a tile's fold into a
+// head's state, a split's stored state).
 // partial (split mode): [t][h][split] rows of HD values, then [t][h][split] (m, l) pairs, for
 // kMaxAttentionSplits splits a head.
 #pragma once
@@ -49,6 +51,47 @@ __device__ __forceinline__ void MergeInto(float& M, float& L, float* O, float m,
   L = __fadd_rn(__fmul_rn(L, a), __fmul_rn(l, b));
   for (int i = 0; i < n; ++i) O[i] = __fadd_rn(__fmul_rn(O[i], a), __fmul_rn(o[i], b));
   M = m_new;
+}
+
+// A warp's maximum and sum of x (butterfly: every lane gets the result, in the same order).
+__device__ __forceinline__ float WarpMax(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+__device__ __forceinline__ float WarpSum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// A tile's keys folded into a head's running state (lane 0 of the head's warp, after the warp
+// reduced the tile's exponentials against the new maximum m_new to `sum`): the factor the
+// accumulators take (*corr), the sum (*l) and the maximum (*m, which held m_old).
+__device__ __forceinline__ void FoldTile(float m_old, float m_new, float sum, float* m, float* l, float* corr) {
+  const float c = expf(m_old - m_new);
+  *corr = c;
+  *l = *l * c + sum;
+  *m = m_new;
+}
+
+// Split mode: a split's state of head h of token t, values [od, od + n): the output when the
+// token has one split, else its unnormalized row (and, from the thread at od 0, its (m, l)).
+__device__ __forceinline__ void StoreSplitState(const PagedAttentionParams& p, float* partial, int64_t t, int64_t h,
+                                                int od, int split, int splits, const float* acc, int n, float m,
+                                                float l, int hd) {
+  if (splits == 1) {
+    float* out = p.out + (t * p.num_heads + h) * hd + od;
+    for (int i = 0; i < n; ++i) out[i] = __fdiv_rn(acc[i], l);
+    return;
+  }
+  const int64_t at = (t * p.num_heads + h) * kMaxAttentionSplits + split;
+  for (int i = 0; i < n; ++i) partial[at * hd + od + i] = acc[i];
+  if (od == 0) {
+    const int64_t ml = p.num_tokens * p.num_heads * kMaxAttentionSplits * hd + at * 2;
+    partial[ml] = m;
+    partial[ml + 1] = l;
+  }
 }
 
 // Split mode's merge: tokens with several splits, (M, L, O) over the splits in order.

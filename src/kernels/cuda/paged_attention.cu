@@ -264,8 +264,7 @@ __global__ void __launch_bounds__(kGroupThreads) GroupedAttentionKernel(PagedAtt
       for (int g = warp; g < group; g += kGroupThreads / 32) {
         float mx = -FLT_MAX;
         for (int j = lane; j < n; j += 32) mx = fmaxf(mx, p_s[g][j]);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        mx = WarpMax(mx);
         const float m_old = m_s[g], m_new = fmaxf(m_old, mx);
         float sum = 0.0f;
         for (int j = lane; j < n; j += 32) {
@@ -273,15 +272,9 @@ __global__ void __launch_bounds__(kGroupThreads) GroupedAttentionKernel(PagedAtt
           p_s[g][j] = e;
           sum += e;
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        sum = WarpSum(sum);
         __syncwarp();
-        if (lane == 0) {
-          const float corr = expf(m_old - m_new);
-          corr_s[g] = corr;
-          l_s[g] = l_s[g] * corr + sum;
-          m_s[g] = m_new;
-        }
+        if (lane == 0) FoldTile(m_old, m_new, sum, &m_s[g], &l_s[g], &corr_s[g]);
       }
       __syncthreads();
       // p V for this thread's outputs, keys in order.
@@ -304,25 +297,9 @@ __global__ void __launch_bounds__(kGroupThreads) GroupedAttentionKernel(PagedAtt
       __syncthreads();  // the stage is read before the tile after next overwrites it
     }
     if constexpr (kSplitMode) {
-      if (range.splits == 1) {
-        if (owns_output) {
-          float* out = p.out + (t * p.num_heads + static_cast<int64_t>(kvh) * group + og) * HD + od;
-#pragma unroll
-          for (int i = 0; i < kOut; ++i) out[i] = __fdiv_rn(acc[i], l_s[og]);
-        }
-      } else {
-        // partial: [t][h][split] rows of HD values, then [t][h][split] (m, l) pairs.
-        const int64_t h = static_cast<int64_t>(kvh) * group + og;
-        const int64_t at = (t * p.num_heads + h) * kMaxAttentionSplits + split;
-        if (owns_output) {
-#pragma unroll
-          for (int i = 0; i < kOut; ++i) partial[at * HD + od + i] = acc[i];
-          if (od == 0) {
-            const int64_t ml = p.num_tokens * p.num_heads * kMaxAttentionSplits * HD + at * 2;
-            partial[ml] = m_s[og];
-            partial[ml + 1] = l_s[og];
-          }
-        }
+      if (owns_output) {
+        StoreSplitState(p, partial, t, static_cast<int64_t>(kvh) * group + og, od, split, range.splits, acc, kOut,
+                        m_s[og], l_s[og], HD);
       }
     } else {
       float M = 0.0f, L = 0.0f;

@@ -208,22 +208,12 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
       // Online softmax, a warp per head (a tile is one key a lane).
       for (int g = warp; g < group; g += kGroupThreads / 32) {
         const float x = lane < n ? p_s[g][lane] : -FLT_MAX;
-        float mx = x;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        const float m_old = m_s[g], m_new = fmaxf(m_old, mx);
+        const float m_old = m_s[g], m_new = fmaxf(m_old, WarpMax(x));
         const float ex = lane < n ? expf(x - m_new) : 0.0f;
         if (lane < n) p_s[g][lane] = ex;
-        float sum = ex;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float sum = WarpSum(ex);
         __syncwarp();
-        if (lane == 0) {
-          const float corr = expf(m_old - m_new);
-          corr_s[g] = corr;
-          l_s[g] = l_s[g] * corr + sum;
-          m_s[g] = m_new;
-        }
+        if (lane == 0) FoldTile(m_old, m_new, sum, &m_s[g], &l_s[g], &corr_s[g]);
       }
       __syncthreads();
       if (owns_output) {
@@ -241,20 +231,7 @@ __global__ void __launch_bounds__(kGroupThreads) WideGroupedKernel(PagedAttentio
     if (!owns_output) continue;
     const int64_t h = static_cast<int64_t>(kvh) * group + og;
     if constexpr (kSplitMode) {
-      if (splits == 1) {
-        float* out = p.out + (t * p.num_heads + h) * HD + od;
-#pragma unroll
-        for (int i = 0; i < kOut; ++i) out[i] = __fdiv_rn(acc[i], l_s[og]);
-      } else {
-        const int64_t at = (t * p.num_heads + h) * kMaxAttentionSplits + split;
-#pragma unroll
-        for (int i = 0; i < kOut; ++i) partial[at * HD + od + i] = acc[i];
-        if (od == 0) {
-          const int64_t ml = p.num_tokens * p.num_heads * kMaxAttentionSplits * HD + at * 2;
-          partial[ml] = m_s[og];
-          partial[ml + 1] = l_s[og];
-        }
-      }
+      StoreSplitState(p, partial, t, h, od, split, splits, acc, kOut, m_s[og], l_s[og], HD);
     } else {
       MergeInto(M, L, O, m_s[og], l_s[og], acc, kOut, split == 0);
     }
