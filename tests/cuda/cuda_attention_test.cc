@@ -289,70 +289,92 @@ TEST_F(CudaOpsTest, FlashAttentionShapesGiveTheSameBits) {
   }
 }
 
-// The narrow shape over 16-bit caches with ping buffers, as pagoda_cuda_bench --shapes-only runs
-// it: 64 sequences decoded together (at most kPdlMaxRows rows, so launched as programmatic
-// dependents, back to back) with the split shape turned off, 8 KV heads (512 blocks: more than
-// the three an SM that the two-stage kernel keeps resident, so ping buffers). The same bits as
-// the split shape, twice in a row, and the CPU's values within the bf16 tolerance; bf16 and f16,
-// head dims 64 and 128, 4 query heads a KV head (rows 8-15 skipped at d128) and 16.
+// The narrow shape over 16-bit caches with ping buffers (8 KV heads: more blocks than the three
+// an SM that the two-stage kernel keeps resident). 64 sequences decoded together with the split
+// shape turned off, as pagoda_cuda_bench --shapes-only runs it (at most kPdlMaxRows rows: launched
+// as programmatic dependents, back to back), and 140 (a decode step past the split shape's 128
+// tokens, launched plainly). The same bits twice in a row, as the split shape over the 64 and as
+// sequences decoded alone, and the CPU's values within the bf16 tolerance; bf16 and f16, head
+// dims 64 and 128, 4 query heads a KV head (rows 8-15 skipped at d128) and 16.
 TEST_F(CudaOpsTest, NarrowDecodeOverPingBuffersGivesTheSplitBits) {
   struct SplitLimit {  // the split shape's limit back to its default whatever happens
     ~SplitLimit() { cuda::SetFlashSplitMaxTokens(cuda::kFlashSplitMaxTokens); }
   } restore;
-  const int64_t kv_heads = 8, bs = 16, num_seqs = 64;
-  ASSERT_GT(num_seqs * kv_heads, 3 * cuda::SmCount()) << "the narrow grid would keep two stages";
-  std::vector<int64_t> prompt, lengths;
-  for (int64_t i = 0; i < num_seqs; ++i) {
-    prompt.push_back(1 + (i * 53 + 7) % 900);
-    lengths.push_back(prompt.back() + 1);
-  }
-  prompt[5] = 575;  // the benchmark's context (576 keys with the decoded token)
-  lengths[5] = 576;
-  StepCase c;
-  MakeTables(lengths, bs, 29, &c);
-  const std::vector<int64_t> zeros(num_seqs, 0), ones(num_seqs, 1);
+  const int64_t kv_heads = 8, bs = 16;
   struct Case {
     DType dtype;
     int64_t hd, group;
   };
-  for (const Case& cs : {Case{DType::kBF16, 128, 4}, Case{DType::kBF16, 128, 16}, Case{DType::kF16, 128, 4},
-                         Case{DType::kBF16, 64, 4}, Case{DType::kF16, 64, 16}}) {
-    SCOPED_TRACE(std::string(DTypeName(cs.dtype)) + " d" + std::to_string(cs.hd) + ", " + std::to_string(cs.group) +
-                 " query heads a KV head");
-    const int64_t hd = cs.hd, heads = kv_heads * cs.group, row = heads * hd, kv_row = kv_heads * hd;
-    const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), 0};
-    const KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, cs.dtype);
-    auto cache_c = cpu_.CreateKVCache(shape);
-    auto cache_g = gpu_->CreateKVCache(shape);
-    // The prompts' K/V on both backends, then the decode step's own rows.
-    for (int s = 0; s < 2; ++s) {
-      const StepDescription& step = s == 0 ? BuildStep(&c, bs, zeros, prompt, 100) : BuildStep(&c, bs, prompt, ones, 100);
-      const int64_t n = step.num_tokens();
-      std::vector<float> k = RandomVector(n * kv_row, 71 + 2 * s), v = RandomVector(n * kv_row, 72 + 2 * s);
-      gpu_->BeginStep(step, *cache_g);
-      gpu_->WriteKV(*cache_g, 0, arena_->Make(n, kv_row, k), arena_->Make(n, kv_row, v));
-      cpu_.BeginStep(step, *cache_c);
-      cpu_.WriteKV(*cache_c, 0, TensorView::F32(k.data(), n, kv_row), TensorView::F32(v.data(), n, kv_row));
+  for (const int64_t num_seqs : {int64_t{64}, int64_t{140}}) {
+    ASSERT_GT(num_seqs * kv_heads, 3 * cuda::SmCount()) << "the narrow grid would keep two stages";
+    std::vector<int64_t> prompt, lengths;
+    for (int64_t i = 0; i < num_seqs; ++i) {
+      prompt.push_back(1 + (i * 53 + 7) % 900);
+      lengths.push_back(prompt.back() + 1);
     }
-    std::vector<float> q = RandomVector(num_seqs * row, 75), want(num_seqs * row);
-    cpu_.PagedAttention(*cache_c, 0, layer, TensorView::F32(q.data(), num_seqs, row),
-                        TensorView::F32(want.data(), num_seqs, row));
-    const TensorView qg = arena_->Make(num_seqs, row, q);
-    auto attend = [&](int64_t split_max) {
-      cuda::SetFlashSplitMaxTokens(split_max);
-      const TensorView out = arena_->Make(num_seqs, row);
-      gpu_->PagedAttention(*cache_g, 0, layer, qg, out);
-      return arena_->Read(out);
-    };
-    const std::vector<float> split = attend(cuda::kFlashSplitMaxTokens);
-    EXPECT_EQ(cuda::ChooseFlashShape(num_seqs, num_seqs), cuda::FlashShape::kSplit);
-    const std::vector<float> narrow = attend(0), again = attend(0);
-    EXPECT_EQ(cuda::ChooseFlashShape(num_seqs, num_seqs), cuda::FlashShape::kNarrow);
-    EXPECT_LE(RelativeError(narrow, want), testing::kBf16AttentionTolerance) << "narrow against the CPU";
-    EXPECT_EQ(std::memcmp(narrow.data(), split.data(), narrow.size() * sizeof(float)), 0)
-        << "the narrow shape over ping buffers gives other bits than the split shape";
-    EXPECT_EQ(std::memcmp(narrow.data(), again.data(), narrow.size() * sizeof(float)), 0)
-        << "the narrow shape's second launch differs from its first";
+    prompt[5] = 575;  // the benchmark's context (576 keys with the decoded token)
+    lengths[5] = 576;
+    StepCase c;
+    MakeTables(lengths, bs, 29, &c);
+    const std::vector<int64_t> zeros(num_seqs, 0), ones(num_seqs, 1);
+    for (const Case& cs : {Case{DType::kBF16, 128, 4}, Case{DType::kBF16, 128, 16}, Case{DType::kF16, 128, 4},
+                           Case{DType::kBF16, 64, 4}, Case{DType::kF16, 64, 16}}) {
+      SCOPED_TRACE(std::to_string(num_seqs) + " sequences, " + std::string(DTypeName(cs.dtype)) + " d" +
+                   std::to_string(cs.hd) + ", " + std::to_string(cs.group) + " query heads a KV head");
+      const int64_t hd = cs.hd, heads = kv_heads * cs.group, row = heads * hd, kv_row = kv_heads * hd;
+      const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), 0};
+      const KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, cs.dtype);
+      auto cache_c = cpu_.CreateKVCache(shape);
+      auto cache_g = gpu_->CreateKVCache(shape);
+      // The prompts' K/V on both backends, then the decode step's own rows.
+      for (int s = 0; s < 2; ++s) {
+        const StepDescription& step =
+            s == 0 ? BuildStep(&c, bs, zeros, prompt, 100) : BuildStep(&c, bs, prompt, ones, 100);
+        const int64_t n = step.num_tokens();
+        std::vector<float> k = RandomVector(n * kv_row, 71 + 2 * s), v = RandomVector(n * kv_row, 72 + 2 * s);
+        gpu_->BeginStep(step, *cache_g);
+        gpu_->WriteKV(*cache_g, 0, arena_->Make(n, kv_row, k), arena_->Make(n, kv_row, v));
+        cpu_.BeginStep(step, *cache_c);
+        cpu_.WriteKV(*cache_c, 0, TensorView::F32(k.data(), n, kv_row), TensorView::F32(v.data(), n, kv_row));
+      }
+      std::vector<float> q = RandomVector(num_seqs * row, 75), want(num_seqs * row);
+      cpu_.PagedAttention(*cache_c, 0, layer, TensorView::F32(q.data(), num_seqs, row),
+                          TensorView::F32(want.data(), num_seqs, row));
+      const TensorView qg = arena_->Make(num_seqs, row, q);
+      auto attend = [&](int64_t split_max) {
+        cuda::SetFlashSplitMaxTokens(split_max);
+        const TensorView out = arena_->Make(num_seqs, row);
+        gpu_->PagedAttention(*cache_g, 0, layer, qg, out);
+        return arena_->Read(out);
+      };
+      std::vector<float> split;
+      if (num_seqs <= cuda::kFlashSplitMaxTokens) {
+        split = attend(cuda::kFlashSplitMaxTokens);
+        EXPECT_EQ(cuda::ChooseFlashShape(num_seqs, num_seqs), cuda::FlashShape::kSplit);
+      }
+      const std::vector<float> narrow = attend(0), again = attend(0);
+      EXPECT_EQ(cuda::ChooseFlashShape(num_seqs, num_seqs), cuda::FlashShape::kNarrow);
+      cuda::SetFlashSplitMaxTokens(cuda::kFlashSplitMaxTokens);
+      EXPECT_LE(RelativeError(narrow, want), testing::kBf16AttentionTolerance) << "narrow against the CPU";
+      EXPECT_EQ(std::memcmp(narrow.data(), again.data(), narrow.size() * sizeof(float)), 0)
+          << "the narrow shape's second launch differs from its first";
+      if (!split.empty()) {
+        EXPECT_EQ(std::memcmp(narrow.data(), split.data(), narrow.size() * sizeof(float)), 0)
+            << "the narrow shape over ping buffers gives other bits than the split shape";
+      }
+      for (const int64_t s : {int64_t{0}, int64_t{5}, num_seqs - 1}) {  // alone: the split shape
+        c.builder.Reset(bs);
+        std::vector<int32_t> tokens(lengths[s], 5);
+        c.builder.AddSequence(tokens, prompt[s], 1, c.tables[s]);
+        gpu_->BeginStep(c.builder.Finish(), *cache_g);
+        const TensorView out = arena_->Make(1, row);
+        gpu_->PagedAttention(*cache_g, 0, layer,
+                             arena_->Make(1, row, std::vector<float>(q.begin() + s * row, q.begin() + (s + 1) * row)), out);
+        const std::vector<float> alone = arena_->Read(out);
+        EXPECT_EQ(std::memcmp(alone.data(), narrow.data() + s * row, row * sizeof(float)), 0)
+            << "sequence " << s << " decoded alone differs from the narrow shape's row";
+      }
+    }
   }
 }
 
