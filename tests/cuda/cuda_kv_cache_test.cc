@@ -14,6 +14,7 @@
 #include "backend/cuda_backend.h"
 #include "core/dtype.h"
 #include "backend/kv_storage.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kv/kv_codec.h"
 #include "tests/cuda/cuda_ops_fixture.h"
@@ -211,6 +212,60 @@ TEST_F(CudaOpsTest, SidePoolMatchesTheCpu) {
     }
   }
   cuda::SetSidePoolFlash(true);
+}
+
+// kivi2's prefill steps on one-warp work items (SetFlashKivi2Items: 16 / G tokens a warp) give
+// every row the narrow shape's bits (a warp a token), and the CPU's values within the bf16
+// tolerance: sequences of 1..300 prompt tokens prefilled in one step over kivi2 blocks of 16 and
+// 32 slots, without and with 5 sink tokens, 4 and 8 query heads a KV head, head dims 64 and 128.
+TEST_F(CudaOpsTest, Kivi2PrefillItemsGiveTheNarrowBits) {
+  struct Items {  // back to the default whatever happens
+    ~Items() { cuda::SetFlashKivi2Items(false); }
+  } restore;
+  const int64_t kv_heads = 2, num_seqs = 9;
+  struct Case {
+    int64_t block_size, sink, group, hd;
+  };
+  for (const Case& cs : {Case{16, 0, 4, 128}, Case{32, 5, 8, 64}, Case{16, 5, 8, 128}, Case{32, 0, 4, 64}}) {
+    SCOPED_TRACE("block " + std::to_string(cs.block_size) + ", sink " + std::to_string(cs.sink) + ", " +
+                 std::to_string(cs.group) + " query heads a KV head, head dim " + std::to_string(cs.hd));
+    const int64_t bs = cs.block_size, hd = cs.hd, heads = kv_heads * cs.group, row = heads * hd, kv_row = kv_heads * hd;
+    std::vector<int64_t> prompt, zeros(num_seqs, 0);
+    for (int64_t i = 0; i < num_seqs; ++i) prompt.push_back(1 + (i * 71 + 13) % 300);
+    StepCase c;
+    MakeTables(prompt, bs, 37, &c);
+    KVStorageShape shape = CacheShape(1, c.num_blocks, bs, kv_heads, hd, DType::kBF16);
+    shape.quant = KVQuant::kKivi2;
+    shape.group_size = 32;
+    shape.sink_tokens = cs.sink;
+    auto cache_c = cpu_.CreateKVCache(shape);
+    auto cache_g = gpu_->CreateKVCache(shape);
+    const AttentionLayer layer{heads, kv_heads, hd, static_cast<float>(1.0 / std::sqrt(double(hd))), 0};
+    const StepDescription& step = BuildStep(&c, bs, zeros, prompt, 100);
+    const int64_t n = step.num_tokens();
+    ASSERT_GT(n, cuda::kFlashSplitMaxTokens);  // past the split shape: narrow or items
+    std::vector<float> q = RandomVector(n * row, 81), k = RandomVector(n * kv_row, 82),
+                       v = RandomVector(n * kv_row, 83, -2.0f, 2.0f), want(n * row);
+    cpu_.BeginStep(step, *cache_c);
+    cpu_.WriteKV(*cache_c, 0, TensorView::F32(k.data(), n, kv_row), TensorView::F32(v.data(), n, kv_row));
+    cpu_.PagedAttention(*cache_c, 0, layer, TensorView::F32(q.data(), n, row), TensorView::F32(want.data(), n, row));
+    gpu_->BeginStep(step, *cache_g);
+    gpu_->WriteKV(*cache_g, 0, arena_->Make(n, kv_row, k), arena_->Make(n, kv_row, v));
+    const TensorView qg = arena_->Make(n, row, q);
+    std::vector<float> got[2];
+    for (const bool items : {false, true}) {
+      cuda::SetFlashKivi2Items(items);
+      EXPECT_EQ(cuda::ChooseFlashShape(n, num_seqs, KVQuant::kKivi2),
+                items ? cuda::FlashShape::kWide : cuda::FlashShape::kNarrow);
+      const TensorView out = arena_->Make(n, row);
+      gpu_->PagedAttention(*cache_g, 0, layer, qg, out);
+      got[items] = arena_->Read(out);
+      EXPECT_LE(RelativeError(got[items], want), testing::kBf16AttentionTolerance)
+          << (items ? "work items" : "narrow") << " against the CPU";
+    }
+    EXPECT_EQ(std::memcmp(got[0].data(), got[1].data(), got[0].size() * sizeof(float)), 0)
+        << "kivi2's work items give other bits than the narrow shape";
+  }
 }
 
 TEST_F(CudaOpsTest, RefusesUnsupportedKVFormatsAndPoliciesByName) {

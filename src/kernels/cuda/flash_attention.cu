@@ -132,8 +132,12 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
     }
     case FlashShape::kWide:
       a.items = items;
-      if constexpr (kKivi2) {  // FlashAttention() refuses it first (ChooseFlashShape: narrow)
-        ThrowUnsupported("FlashAttention: kivi2 runs the one-warp (decode) shapes only");
+      if constexpr (kKivi2) {
+        // One warp a work item of 16 / G tokens (FlashTokensPerItem): the one-warp kernel's
+        // copies and registers, all 16 rows of its products.
+        a.bulk = FlashRowsBulk(p) ? 1 : 0;
+        LaunchOneWarp<KV, HD, false>(a, dim3(static_cast<unsigned>(num_items), kv), UsePing(num_items * p.num_kv_heads),
+                                     stream, pdl);
       } else {
         if constexpr (std::is_same_v<KV, __nv_bfloat16> || std::is_same_v<KV, __half>) {
           if (WideOnWgmma(p, max_keys)) {
@@ -188,8 +192,8 @@ void FlashAttention(const PagedAttentionParams& p, FlashShape shape, int64_t max
       return IntRegsServe(p) ? run.template operator()<IntRegs<Int4Row>>() : run.template operator()<Int4Row>();
     case KVQuant::kNvfp4: return run.template operator()<Fp4Regs<Nvfp4Row>>();
     case KVQuant::kKivi2:
-      PAGODA_CHECK(p.codes_only && shape != FlashShape::kWide && flash_rows_bulk)
-          << "FlashAttention: kivi2 reads codes spans (p.codes_only) in the one-warp shapes, by bulk copies";
+      PAGODA_CHECK(p.codes_only && flash_rows_bulk)
+          << "FlashAttention: kivi2 reads codes spans (p.codes_only) in one-warp blocks, by bulk copies";
       return run.template operator()<Kivi2Regs<Kivi2Row>>();
     default:
       if (p.kv_dtype == DType::kBF16) return run.template operator()<__nv_bfloat16>();

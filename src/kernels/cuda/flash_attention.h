@@ -26,7 +26,9 @@
 //   narrow  (more tokens, one per sequence; or any tokens: kivi2's long prefill steps) one warp
 //           per (token, KV head) walking the segments;
 //   wide    (prefill) four warps per block share each K/V tile for 4 * 16 / G consecutive tokens
-//           of a sequence (a FlashWorkItem), each walking the segments of its rows.
+//           of a sequence (a FlashWorkItem), each walking the segments of its rows; for kivi2
+//           with SetFlashKivi2Items(true) one warp a block, 16 / G tokens (all 16 rows of its
+//           products) instead of the narrow shape's one.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,8 +50,8 @@ struct FlashWorkItem {
 // Whether FlashAttention serves `p` (bf16/f16 cache, or K and V both fp8, both nvfp4, or both
 // int8 or int4 with scale groups of 8k values dividing the head dim, 16-byte aligned; head dim 64
 // or 128, group size <= 16, power-of-two block size). kivi2 only for the side pool's codes spans
-// (p.codes_only) in the one-warp shapes (not kWide), blocks of 16+ slots, V groups of 32k values
-// dividing the head dim, with bulk copies on.
+// (p.codes_only) in the one-warp blocks, blocks of 16+ slots, V groups of 32k values dividing the
+// head dim, with bulk copies on.
 bool FlashAttentionSupports(const PagedAttentionParams& p);
 
 // Steps of at most this many tokens run split; scratch holds their partial states.
@@ -110,9 +112,16 @@ bool FlashRowsBulkOn();
 enum class FlashShape { kSplit, kNarrow, kWide };
 // The launch shape for a step of `num_tokens` tokens in `num_seqs` sequences over a cache of
 // `quant`: split up to FlashSplitMaxTokens() tokens (kFlashSplitMaxTokens unless set lower), then
-// narrow (one token a sequence) or wide; kivi2, which runs the one-warp shapes only, takes the
-// narrow shape for any longer step (a warp walks each token's keys: the same bits).
+// narrow (one token a sequence) or wide; kivi2, which runs one-warp blocks only, takes the
+// narrow shape for any longer step (a warp walks each token's keys: the same bits) unless
+// FlashKivi2Items() (then wide: a warp a work item of 16 / G tokens).
 FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs, KVQuant quant = KVQuant::kNone);
+// kivi2's prefill steps on one-warp work items (the wide shape's items, a warp a block) rather
+// than the narrow shape: the same bits, G-fold fewer warps, each using all 16 rows of its
+// products. Off unless PAGODA_FLASH_KIVI2_ITEMS=1 at start or SetFlashKivi2Items(true): a device
+// run has not yet checked it (tests: SidePoolMatchesTheCpu, Kivi2PrefillItemsGiveTheNarrowBits).
+bool FlashKivi2Items();
+void SetFlashKivi2Items(bool on);
 // The split shape's token limit, at most kFlashSplitMaxTokens (the scratch's size):
 // PAGODA_FLASH_SPLIT_MAX_TOKENS sets it at start, SetFlashSplitMaxTokens later (a benchmark
 // compares the shapes: the same bits either way).

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/flash_attention.h"
@@ -80,7 +81,9 @@ int FlashSplitDepth(int64_t max_keys) {
 }
 
 int64_t FlashTokensPerItem(const PagedAttentionParams& p, int64_t max_keys) {
-  const int64_t rows64 = kWideWarps * (16 / std::max<int64_t>(p.num_heads / std::max<int64_t>(p.num_kv_heads, 1), 1));
+  const int64_t per_warp = 16 / std::max<int64_t>(p.num_heads / std::max<int64_t>(p.num_kv_heads, 1), 1);
+  if (p.k_format.quant == KVQuant::kKivi2) return per_warp;  // one-warp blocks (FlashKivi2Items)
+  const int64_t rows64 = kWideWarps * per_warp;
   return WideOnWgmma(p, max_keys) ? rows64 * FlashWgmmaGroups(p.head_dim, WgmmaTma(p.block_size)) : rows64;
 }
 
@@ -102,14 +105,22 @@ int64_t flash_split_max_tokens = [] {
   const char* e = std::getenv("PAGODA_FLASH_SPLIT_MAX_TOKENS");
   return e == nullptr ? kFlashSplitMaxTokens : std::clamp<int64_t>(std::atoll(e), 0, kFlashSplitMaxTokens);
 }();
+bool flash_kivi2_items = [] {
+  const char* e = std::getenv("PAGODA_FLASH_KIVI2_ITEMS");
+  return e != nullptr && std::string(e) == "1";
+}();
 }  // namespace
+
+bool FlashKivi2Items() { return flash_kivi2_items; }
+void SetFlashKivi2Items(bool on) { flash_kivi2_items = on; }
 
 int64_t FlashSplitMaxTokens() { return flash_split_max_tokens; }
 void SetFlashSplitMaxTokens(int64_t tokens) { flash_split_max_tokens = std::clamp<int64_t>(tokens, 0, kFlashSplitMaxTokens); }
 
 FlashShape ChooseFlashShape(int64_t num_tokens, int64_t num_seqs, KVQuant quant) {
   if (num_tokens <= flash_split_max_tokens) return FlashShape::kSplit;
-  return num_tokens == num_seqs || quant == KVQuant::kKivi2 ? FlashShape::kNarrow : FlashShape::kWide;
+  if (num_tokens == num_seqs) return FlashShape::kNarrow;
+  return quant == KVQuant::kKivi2 && !flash_kivi2_items ? FlashShape::kNarrow : FlashShape::kWide;
 }
 
 }  // namespace pagoda::cuda
