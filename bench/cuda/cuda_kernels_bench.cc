@@ -321,6 +321,16 @@ void BenchPrefillAttentions(CudaBackend& gpu, bool quick) {
   for (const KVQuant quant : {KVQuant::kFp8E4M3, KVQuant::kInt8, KVQuant::kInt4, KVQuant::kNvfp4}) {
     BenchPrefillAttention(gpu, 4096, 128, q, kv, out, quant);
   }
+  // kivi2 (its codes spans on one-warp blocks, the own blocks' keys on the SIMT rest kernel) at
+  // 1K tokens, d128: the narrow shape (a warp a token), then one-warp work items (16 / G tokens a
+  // warp, PAGODA_FLASH_KIVI2_ITEMS); the label says which.
+  const bool items = cuda::FlashKivi2Items();
+  for (const bool on : {false, true}) {
+    cuda::SetFlashKivi2Items(on);
+    std::printf("  [kivi2 %s] ", on ? "work items" : "narrow");
+    BenchPrefillAttention(gpu, 1024, 128, q, kv, out, KVQuant::kKivi2);
+  }
+  cuda::SetFlashKivi2Items(items);
 }
 
 // A whole model on the GPU through Model::Forward: prefill of `input` tokens per sequence, then
