@@ -378,29 +378,6 @@ TEST_F(CudaOpsTest, NarrowDecodeOverPingBuffersGivesTheSplitBits) {
   }
 }
 
-// The split shape's grid depth (FlashSplitDepth) covers every segment of every row a step may
-// hold: rows from key 0 of 1..40000 keys, and rows of every window start (windows of 1..5000
-// keys, positions up to 9000); a power of two of at most kFlashMaxSegments.
-TEST(FlashPlanTest, SplitDepthCoversEverySegment) {
-  auto segments = [](int64_t first, int64_t pos) {
-    const int64_t seg = cuda::FlashSegmentKeys(first, pos);
-    return pos / seg - first / seg + 1;
-  };
-  int64_t most = 0;
-  for (int64_t keys = 1; keys <= 40000; ++keys) {
-    most = std::max(most, segments(0, keys - 1));
-    const int depth = cuda::FlashSplitDepth(keys);
-    ASSERT_GE(depth, most) << keys << " keys";
-    ASSERT_TRUE(std::has_single_bit(static_cast<unsigned>(depth)) && depth <= cuda::kFlashMaxSegments) << keys;
-  }
-  for (int64_t window = 1; window <= 5000; window += window < 300 ? 1 : 37) {
-    for (int64_t pos = 0; pos <= 9000; pos += 1 + pos % 7) {
-      const int64_t first = std::max<int64_t>(0, pos - window + 1);
-      ASSERT_GE(cuda::FlashSplitDepth(pos + 1), segments(first, pos)) << "window " << window << " pos " << pos;
-    }
-  }
-}
-
 // The one-warp (decode) shapes copy a quantized tile's runs (a paged block's rows of the KV head,
 // head-major blocks; or 64 slots of a larger block) by bulk copies or by cp.async: the same bits,
 // for every format (fp8 rows of 132 bytes, int8 of 136 and 144, int4 and nvfp4 of 72), in the

@@ -83,7 +83,7 @@ int FlashSplitDepth(int64_t max_keys);
 
 // Tokens per wide work item for p's step whose longest row has `max_keys` keys: 64 query rows
 // (16 / group tokens a warp, four warps), or 128 where the wgmma kernel serves the step with two
-// consumer warpgroups a block.
+// consumer warpgroups a block; kivi2 (one-warp blocks, FlashKivi2Items): 16 / group.
 int64_t FlashTokensPerItem(const PagedAttentionParams& p, int64_t max_keys);
 // The wide launch's items: every sequence (query_start_loc, as in StepDescription) cut into
 // runs of at most `tokens_per_item` tokens, the longest-context runs first.
