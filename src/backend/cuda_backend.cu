@@ -16,6 +16,7 @@
 #include "core/logging.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/env_switch.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_wide.h"
@@ -58,11 +59,9 @@ CudaBackend::CudaBackend(int device) : s_(std::make_unique<State>()) {
   PAGODA_CUDA_CHECK(cudaMemset(counters, 0, cuda::kGemmMaxCounters * sizeof(int)));
   // PAGODA_CUDA_PDL=0 launches the decode kernels without programmatic dependent launch (the
   // benchmark's comparison; the results are the same bits either way).
-  const char* pdl = std::getenv("PAGODA_CUDA_PDL");
-  s_->gemm_pdl = pdl == nullptr || std::string(pdl) != "0";
+  s_->gemm_pdl = cuda::EnvSwitch("PAGODA_CUDA_PDL", true);
   // PAGODA_CUDA_X_BF16=0: every GEMM converts its input itself (State::XBf16; the same bits).
-  const char* x_bf16 = std::getenv("PAGODA_CUDA_X_BF16");
-  s_->x_bf16_on = x_bf16 == nullptr || std::string(x_bf16) != "0";
+  s_->x_bf16_on = cuda::EnvSwitch("PAGODA_CUDA_X_BF16", true);
   PAGODA_LOG(kInfo) << "CUDA backend on " << DeviceSummary();
 }
 

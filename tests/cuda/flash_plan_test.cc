@@ -56,7 +56,8 @@ struct RestoreSwitches {
 TEST(FlashPlanTest, ChoosesTheShapeByTokensSequencesAndFormat) {
   RestoreSwitches restore;
   using cuda::FlashShape;
-  cuda::SetFlashSplitMaxTokens(cuda::kFlashSplitMaxTokens);
+  cuda::SetFlashSplitMaxTokens(cuda::kFlashSplitMaxTokens);  // the defaults, whatever the environment set
+  cuda::SetFlashKivi2Items(false);
   for (const KVQuant quant : {KVQuant::kNone, KVQuant::kFp8E4M3, KVQuant::kInt4, KVQuant::kKivi2}) {
     SCOPED_TRACE(KVQuantName(quant));
     EXPECT_EQ(cuda::ChooseFlashShape(1, 1, quant), FlashShape::kSplit);

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/env_switch.h"
 #include "kernels/cuda/flash_kernel.cuh"
 #include "kernels/cuda/flash_kernel_args.cuh"
 #include "kernels/cuda/launch_info.h"
@@ -42,14 +43,9 @@ void LaunchKernel(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool pdl)
 // context 4096, 2968 -> 3429 GB/s; batch 64, 8192: 3153 -> 3507). Fewer blocks (batch 1) keep the
 // second stage (batch 1, context 32768: 2027 GB/s, 1363 with ping buffers). The same bits
 // either way.
-// An environment switch read at start: on unless set to 0.
-bool EnvOn(const char* name) {
-  const char* e = std::getenv(name);
-  return e == nullptr || std::string(e) != "0";
-}
 // PAGODA_FLASH_PING=0 / PAGODA_FLASH_ROWS8=0 (diagnostics): never the ping buffers / never
 // kRows8 (the same bits either way).
-const bool flash_ping = EnvOn("PAGODA_FLASH_PING"), flash_rows8 = EnvOn("PAGODA_FLASH_ROWS8");
+const bool flash_ping = EnvSwitch("PAGODA_FLASH_PING", true), flash_rows8 = EnvSwitch("PAGODA_FLASH_ROWS8", true);
 bool UsePing(int64_t blocks) { return flash_ping && blocks > 3 * static_cast<int64_t>(SmCount()); }
 
 // The one-warp (decode) shapes, one token a warp. Over unquantized caches with head dim 128 a
@@ -76,7 +72,7 @@ void LaunchOneWarp(const KernelArgs& a, dim3 grid, bool ping, cudaStream_t strea
 // head, contiguous: kv/kv_codec.h) by bulk copies, one a run issued by its lane, instead of
 // 16-byte cp.async pieces from every lane: paged blocks of at least 8 slots (at most 8 runs a
 // tile). PAGODA_FLASH_TMA=0 keeps cp.async (a diagnostic: the same values land).
-bool flash_rows_bulk = EnvOn("PAGODA_FLASH_TMA");
+bool flash_rows_bulk = EnvSwitch("PAGODA_FLASH_TMA", true);
 bool FlashRowsBulk(const PagedAttentionParams& p) {
   return flash_rows_bulk && p.k_format.quant != KVQuant::kNone && p.block_size >= 8;
 }
@@ -135,7 +131,6 @@ void Launch(const PagedAttentionParams& p, FlashShape shape, int64_t max_keys, c
       if constexpr (kKivi2) {
         // One warp a work item of 16 / G tokens (FlashTokensPerItem): the one-warp kernel's
         // copies and registers, all 16 rows of its products.
-        a.bulk = FlashRowsBulk(p) ? 1 : 0;
         LaunchOneWarp<KV, HD, false>(a, dim3(static_cast<unsigned>(num_items), kv), UsePing(num_items * p.num_kv_heads),
                                      stream, pdl);
       } else {

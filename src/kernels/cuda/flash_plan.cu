@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <span>
-#include <string>
 #include <vector>
 
+#include "kernels/cuda/env_switch.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/flash_kernel_args.cuh"
 #include "kernels/cuda/kv_codec.cuh"
@@ -105,10 +105,7 @@ int64_t flash_split_max_tokens = [] {
   const char* e = std::getenv("PAGODA_FLASH_SPLIT_MAX_TOKENS");
   return e == nullptr ? kFlashSplitMaxTokens : std::clamp<int64_t>(std::atoll(e), 0, kFlashSplitMaxTokens);
 }();
-bool flash_kivi2_items = [] {
-  const char* e = std::getenv("PAGODA_FLASH_KIVI2_ITEMS");
-  return e != nullptr && std::string(e) == "1";
-}();
+bool flash_kivi2_items = EnvSwitch("PAGODA_FLASH_KIVI2_ITEMS", false);
 }  // namespace
 
 bool FlashKivi2Items() { return flash_kivi2_items; }

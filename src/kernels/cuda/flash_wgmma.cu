@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/env_switch.h"
 #include "kernels/cuda/flash_kernel_args.cuh"
 #include "kernels/cuda/flash_tile.cuh"
 #include "kernels/cuda/flash_wgmma.cuh"
@@ -593,10 +594,7 @@ void LaunchFlashWgmma(const KernelArgs& a, dim3 grid, cudaStream_t stream, bool 
   const bool tma = WgmmaTma(a.p.block_size);
   // PAGODA_FLASH_TMA_RUNS=0: every paged block its own boxes, even where a tile's blocks are
   // consecutive slots (a diagnostic: the same bytes land).
-  static const int runs = [] {
-    const char* e = std::getenv("PAGODA_FLASH_TMA_RUNS");
-    return e != nullptr && e[0] == '0' ? 0 : 1;
-  }();
+  static const int runs = EnvSwitch("PAGODA_FLASH_TMA_RUNS", true) ? 1 : 0;
   CUtensorMap k_map = {}, v_map = {}, k_run_map = {}, v_run_map = {};
   if (tma) {
     const int64_t cols = a.p.num_kv_heads * HD, box = std::min<int64_t>(a.p.block_size, kKeyTile);

@@ -10,6 +10,7 @@
 #include "kernels/cuda/convert_bf16.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/env_switch.h"
 #include "kernels/cuda/gemm_cutlass.h"
 #include "kernels/cuda/gemm_gemv.cuh"
 #include "kernels/cuda/gemm_mma.cuh"
@@ -96,10 +97,7 @@ void Launch(const Args& a, int splits, cudaStream_t stream) {
 // Up to 8 rows of a weight cut into k chunks: GemvChunksKernel (a warp per chunk, the chunks
 // added in the block). PAGODA_GEMV=0 runs the mma.sync kernel's (tile, chunk) blocks instead, the
 // same bits (a diagnostic for timing the two in one run).
-const bool gemv_chunks = [] {
-  const char* e = std::getenv("PAGODA_GEMV");
-  return e == nullptr || std::string(e) != "0";
-}();
+const bool gemv_chunks = EnvSwitch("PAGODA_GEMV", true);
 
 void LaunchGemvChunks(const Args& a, int splits, cudaStream_t stream) {
   static uint32_t devices_done = 0;

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "kernels/cuda/attention_splits.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/env_switch.h"
 #include "kernels/cuda/kv_codec.cuh"
 #include "kernels/cuda/kv_types.cuh"
 #include "kernels/cuda/online_softmax.cuh"
@@ -322,10 +323,7 @@ int64_t PagedAttentionWideScratchFloats(int64_t num_tokens, int64_t num_heads, i
 }
 
 namespace {
-bool side_pool_flash = [] {
-  const char* e = std::getenv("PAGODA_SIDE_POOL_FLASH");
-  return e == nullptr || std::string(e) != "0";
-}();
+bool side_pool_flash = EnvSwitch("PAGODA_SIDE_POOL_FLASH", true);
 }  // namespace
 
 bool SidePoolFlashOn() { return side_pool_flash; }
